@@ -1,0 +1,238 @@
+"""Bad inputs fail in preflight, before anything that would change the host, and change nothing.
+
+One ansible-playbook run against this sandbox host under several inventory names (the same
+container, each name with its own variables): the role preflight, then a task that stands for
+the later roles. Good cases must reach that task; bad cases must fail in preflight with a
+message naming the variable/fact and the fix. The host's files are compared before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+CONTAINER = "sandbox-preflight"
+JOURNAL_UNITS: list[str] = []
+
+COMMON = {
+    "ansible_connection": "containers.podman.podman",
+    "ansible_host": CONTAINER,
+    "ansible_python_interpreter": "/usr/bin/python3",
+    "preflight_min_memory_gib": 1,
+    "preflight_disk_requirements": [{"path": "/opt/vllm", "min_free_gib": 1}],
+}
+STUBS = {"preflight_gpu_search_paths": ["/opt/preflight-stubs/bin"]}
+# rocm-6.2.1 moved to the sandbox's Debian 12 (data, as any site would add a stack)
+TEST_STACK = {
+    "instinct_vllm_stack": "preflight-test",
+    "instinct_vllm_stacks_extra": {
+        "preflight-test": {
+            "extends": "rocm-6.2.1",
+            "description": "rocm-6.2.1 on the Debian 12 sandbox",
+            "os": [
+                {
+                    "distribution": "Debian",
+                    "version": "12",
+                    "codename": "bookworm",
+                    "kernel_flavours": ["any"],
+                }
+            ],
+        }
+    },
+}
+
+CASES: dict[str, dict] = {
+    "good_cpu": {"instinct_vllm_stack": "cpu"},
+    "good_gpu_stubs": {
+        **TEST_STACK,
+        **STUBS,
+        "preflight_tensor_parallel_size": 8,
+        "preflight_model_architecture": "LlamaForCausalLM",
+        "preflight_model_num_attention_heads": 64,
+    },
+    "unknown_stack": {"instinct_vllm_stack": "rocm-9.9"},
+    "wrong_os": {"instinct_vllm_stack": "rocm-6.2.1", **STUBS},
+    "tp_not_dividing": {**TEST_STACK, **STUBS, "preflight_tensor_parallel_size": 3},
+    "gpt_oss_on_rocm621": {
+        "instinct_vllm_stack": "rocm-6.2.1",
+        **STUBS,
+        "preflight_model_architecture": "GptOssForCausalLM",
+    },
+    "malformed_tp": {"instinct_vllm_stack": "cpu", "preflight_tensor_parallel_size": "three"},
+}
+
+PLAYBOOK = [
+    {
+        "name": "Preflight, then what stands for the roles that change the host",
+        "hosts": "all",
+        "gather_facts": False,
+        "roles": ["instinct.vllm.preflight"],
+        "tasks": [
+            {
+                "name": "Later roles would start here",
+                "ansible.builtin.debug": {
+                    "msg": "{{ preflight_stack.name }}: {{ preflight_gpus.count }} GPU(s) "
+                    "{{ preflight_gpus.archs | join(',') }}"
+                },
+            }
+        ],
+    }
+]
+
+# Everything a role could change; /root (Ansible's own temp files) and /tmp, /run are left out.
+SNAPSHOT = (
+    "find /etc /opt /srv /usr /var/lib/dpkg /var/lib/apt /home -xdev "
+    "-printf '%p %s %m %T@\\n' 2>/dev/null | sort"
+)
+
+
+def _snapshot(host) -> list[str]:
+    return host.check_output(SNAPSHOT).splitlines()
+
+
+@pytest.fixture(scope="module")
+def run(host, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("preflight")
+    inventory = {"all": {"vars": COMMON, "hosts": {name: v for name, v in CASES.items()}}}
+    (tmp / "inventory.json").write_text(json.dumps(inventory))
+    playbook = tmp / "play.yml"
+    playbook.write_text(json.dumps(PLAYBOOK))  # JSON is YAML
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORKS="8",
+    )
+    before = _snapshot(host)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(tmp / "inventory.json"),
+            str(playbook),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    after = _snapshot(host)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(
+            f"no JSON from ansible-playbook (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    results: dict[str, list[tuple[str, dict]]] = {name: [] for name in CASES}
+    for task in report["plays"][0]["tasks"]:
+        for name, result in task["hosts"].items():
+            results[name].append((task["task"]["name"], result))
+    return {
+        "rc": proc.returncode,
+        "results": results,
+        "before": before,
+        "after": after,
+        "stderr": proc.stderr,
+    }
+
+
+def _failure(run, case: str) -> tuple[str, str]:
+    failed = [(task, r) for task, r in run["results"][case] if r.get("failed")]
+    assert failed, f"{case} did not fail: {[t for t, _ in run['results'][case]]}"
+    task, result = failed[0]
+    return task, str(result.get("msg", ""))
+
+
+def _reached_later_roles(run, case: str) -> bool:
+    return any(task == "Later roles would start here" for task, _ in run["results"][case])
+
+
+def test_nothing_changed_on_the_host(run):
+    if run["before"] != run["after"]:
+        changed = sorted(set(run["before"]) ^ set(run["after"]))
+        pytest.fail("the host changed:\n" + "\n".join(changed[:50]))
+
+
+def test_playbook_failed_overall(run):
+    assert run["rc"] != 0  # bad cases fail the run
+
+
+def test_good_cpu_passes(run):
+    assert _reached_later_roles(run, "good_cpu")
+    (msg,) = [
+        r["msg"] for t, r in run["results"]["good_cpu"] if t == "Later roles would start here"
+    ]
+    assert msg == "cpu: 0 GPU(s) "
+
+
+def test_good_gpu_stack_reads_the_stub_tools(run):
+    assert _reached_later_roles(run, "good_gpu_stubs")
+    (msg,) = [
+        r["msg"] for t, r in run["results"]["good_gpu_stubs"] if t == "Later roles would start here"
+    ]
+    assert msg == "preflight-test: 8 GPU(s) gfx942"
+
+
+@pytest.mark.parametrize(
+    ("case", "fragments"),
+    [
+        (
+            "unknown_stack",
+            [
+                "instinct_vllm_stack: unknown stack 'rocm-9.9'",
+                "known stacks: cpu, rocm-6.2.1, rocm-7.2.1",
+            ],
+        ),
+        (
+            "wrong_os",
+            [
+                "is not supported by stack 'rocm-6.2.1' (supported: Ubuntu 24.04)",
+                "set instinct_vllm_stack to a stack that supports it (cpu)",
+            ],
+        ),
+        (
+            "tp_not_dividing",
+            [
+                "preflight_tensor_parallel_size=3 does not divide the 8 GPU(s)",
+                "use one of 1, 2, 4, 8",
+            ],
+        ),
+        (
+            "gpt_oss_on_rocm621",
+            [
+                "GptOssForCausalLM (preflight_model_architecture) is not served "
+                "by stack 'rocm-6.2.1'",
+                "one of: rocm-7.2.1",
+                "is not supported by stack 'rocm-6.2.1'",
+            ],
+        ),
+        ("malformed_tp", ["preflight_tensor_parallel_size", "int"]),
+    ],
+)
+def test_bad_input_fails_in_preflight(run, case, fragments):
+    task, msg = _failure(run, case)
+    assert not _reached_later_roles(run, case)
+    assert (
+        task.startswith(
+            (
+                "instinct.vllm.preflight",
+                "Resolve the stack",
+                "Fail on any problem",
+                "Validating arguments",
+            )
+        )
+        or "preflight" in task
+    ), task
+    for fragment in fragments:
+        assert fragment in msg, f"{case}: {fragment!r} not in {msg!r}"

