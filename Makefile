@@ -1,0 +1,48 @@
+# instinct.vllm — the two commands a newcomer needs are `make demo` and `make test`.
+# Everything else here is a step of those two, usable on its own.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+export INSTINCT_CACHE ?= /var/cache/instinct-vllm
+
+.PHONY: help test demo demo-down bench venv collections image host-packages lint sanity unit lock
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, every Molecule scenario
+	scripts/test
+
+demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint
+	scripts/demo up
+
+demo-down: ## remove the demo sandbox node
+	scripts/demo down
+
+bench: host-packages venv ## model conversion benchmark; writes docs/benchmarks.md
+	scripts/bench
+
+host-packages: ## Debian packages the harness needs (podman, runc, debootstrap, ...)
+	scripts/host-packages
+
+venv: host-packages ## the pinned controller virtualenv .venv/
+	scripts/venv
+
+collections: venv ## .collections/: this checkout as instinct.vllm + pinned third-party collections
+	.venv/bin/python scripts/collections
+
+image: host-packages ## the sandbox host image (debootstrap, systemd as PID 1), rebuilt only when its recipe changes
+	tests/sandbox/build-image.sh
+
+lint: venv collections ## yamllint, ansible-lint (production), ruff
+	STAGES="yamllint ansible-lint ruff" scripts/test
+
+sanity: venv collections ## ansible-test sanity
+	STAGES="sanity" scripts/test
+
+unit: venv collections ## pytest unit tests
+	STAGES="pytest" scripts/test
+
+lock: ## regenerate requirements/dev.txt from requirements/dev.in
+	python3 -m venv .cache/lock-venv && .cache/lock-venv/bin/pip install -q -r requirements/dev.in \
+	  && .cache/lock-venv/bin/pip freeze --exclude-editable | grep -v '^pip==' > requirements/dev.txt \
+	  && rm -rf .cache/lock-venv
