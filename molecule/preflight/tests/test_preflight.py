@@ -85,9 +85,10 @@ PLAYBOOK = [
     }
 ]
 
-# Everything a role could change; /root (Ansible's own temp files) and /tmp, /run are left out.
+# Where the later roles write (configuration, /opt, /srv, /usr/local, packages, homes); /root
+# (Ansible's own temp files), /tmp and /run are left out.
 SNAPSHOT = (
-    "find /etc /opt /srv /usr /var/lib/dpkg /var/lib/apt /home -xdev "
+    "find /etc /opt /srv /usr/local /var/lib/dpkg /var/lib/apt /home -xdev "
     "-printf '%p %s %m %T@\\n' 2>/dev/null | sort"
 )
 
@@ -111,6 +112,7 @@ def run(host, tmp_path_factory):
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORKS="8",
+        ANSIBLE_PIPELINING="True",
     )
     before = _snapshot(host)
     proc = subprocess.run(

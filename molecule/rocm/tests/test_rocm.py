@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,6 +18,10 @@ JOURNAL_UNITS = ["instinct-aptrepo"]
 REPO = "http://127.0.0.1:8642"
 KEYRING = "/etc/apt/keyrings/rocm.asc"
 PREFIX = "/opt/rocm-6.2.1"
+FETCH = (
+    "import sys, urllib.request; "
+    f"sys.stdout.write(urllib.request.urlopen('{REPO}/rocm/rocm.gpg.key').read().decode())"
+)
 SOURCES = {
     "amdgpu": f"{REPO}/amdgpu/6.2.1/ubuntu",
     "rocm": f"{REPO}/rocm/apt/6.2.1",
@@ -57,7 +62,7 @@ def test_no_legacy_sources_or_keys(host):
 def test_keyring_holds_the_served_key(host):
     key = host.file(KEYRING)
     assert key.exists and key.user == "root" and key.mode == 0o644
-    served = host.check_output(f"python3 -c \"import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('{REPO}/rocm/rocm.gpg.key').read().decode())\"")
+    served = host.check_output(f"python3 -c {shlex.quote(FETCH)}")
     assert key.content_string.strip() == served.strip()
     assert key.content_string.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
 
@@ -135,16 +140,21 @@ def test_numa_balancing_persisted(host):
 
 def test_grub_drop_in_adds_iommu_pt(host):
     cfg = host.file("/etc/default/grub.d/90-instinct-rocm.cfg").content_string
-    assert 'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT:+$GRUB_CMDLINE_LINUX_DEFAULT }iommu=pt"' in cfg
-    # what update-grub would compute from it
-    line = host.check_output(
-        "bash -c 'GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"; . /etc/default/grub.d/90-instinct-rocm.cfg; echo \"$GRUB_CMDLINE_LINUX_DEFAULT\"'"
+    expected = "${GRUB_CMDLINE_LINUX_DEFAULT:+$GRUB_CMDLINE_LINUX_DEFAULT }iommu=pt"
+    assert f'GRUB_CMDLINE_LINUX_DEFAULT="{expected}"' in cfg
+    # what update-grub computes from it
+    script = (
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet"; . /etc/default/grub.d/90-instinct-rocm.cfg; '
+        'echo "$GRUB_CMDLINE_LINUX_DEFAULT"'
     )
+    line = host.check_output(f"bash -c {shlex.quote(script)}")
     assert line == "quiet iommu=pt"
 
 
 def test_reboot_needed_but_skipped_in_the_container(host):
-    marker = json.loads(host.file("/var/lib/instinct-vllm/rocm-reboot-required.json").content_string)
+    marker = json.loads(
+        host.file("/var/lib/instinct-vllm/rocm-reboot-required.json").content_string
+    )
     assert marker["boot_id"] == host.file("/proc/sys/kernel/random/boot_id").content_string.strip()
     assert any("amdgpu driver" in reason for reason in marker["reasons"])
     assert any("kernel command line" in reason for reason in marker["reasons"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from pathlib import Path
 
 JOURNAL_UNITS = ["wd-probe.service", "http-probe.service"]
 
@@ -47,3 +48,18 @@ def test_http_service_reachable_from_controller_through_published_port(host):
     with urllib.request.urlopen("http://127.0.0.1:18081/", timeout=10) as response:
         assert response.status == 200
         assert b"instinct sandbox http probe" in response.read()
+
+
+def test_ansible_runner_reports_the_run_events(host, ansible_run, podman_hostvars):
+    """The harness drives playbooks through ansible-runner (as AWX does) and reads the events:
+    a converged host reports 0 changed, and a failing task's message comes back as data."""
+    scenario = Path(__file__).resolve().parents[1]
+    name = host.backend.name
+    run = ansible_run(scenario / "converge.yml", {name: podman_hostvars(name)})
+    assert run.rc == 0, run.failure_messages()
+    assert run.count("changed") == 0
+    assert run.count("ok") >= 6
+
+    failing = ansible_run(scenario / "tests" / "fail.yml", {name: podman_hostvars(name)})
+    assert failing.rc != 0
+    assert failing.failure_messages() == ["harness probe: expected failure"]

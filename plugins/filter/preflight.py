@@ -1,0 +1,48 @@
+"""Filters for the role preflight; the logic is in module_utils/preflight.py.
+
+Usage::
+
+    preflight_stack | instinct.vllm.preflight_evaluate(ansible_facts, preflight_gpus, settings,
+                                                        instinct_vllm_stacks_extra)
+    '/srv/models' | instinct.vllm.mount_for(ansible_facts.mounts)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.instinct.vllm.plugins.module_utils import preflight as pf
+from ansible_collections.instinct.vllm.plugins.module_utils.stack_matrix import StackError
+
+
+def preflight_evaluate(
+    stack: Any, host: Any, gpus: Any, settings: Any, extra: Any = None
+) -> dict[str, Any]:
+    """Every preflight check for this host: ``{ok, errors, warnings, checks}``."""
+    for name, value in (
+        ("stack", stack),
+        ("host facts", host),
+        ("gpus", gpus),
+        ("settings", settings),
+    ):
+        if not isinstance(value, dict):
+            raise AnsibleFilterError(f"preflight_evaluate: {name} must be a mapping")
+    try:
+        return pf.evaluate(stack, host, gpus, settings, extra or None)
+    except StackError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def mount_for(path: str, mounts: Any) -> dict[str, Any] | None:
+    """The entry of ansible_facts.mounts that holds ``path`` (None if none)."""
+    found = pf.mount_for(str(path), list(mounts or []))
+    return dict(found) if found is not None else None
+
+
+class FilterModule:
+    """instinct.vllm preflight filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"preflight_evaluate": preflight_evaluate, "mount_for": mount_for}

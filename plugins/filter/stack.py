@@ -1,0 +1,84 @@
+"""Filters over the stack matrix (files/stacks.yml); the logic is in module_utils/stack_matrix.
+
+Usage::
+
+    instinct_vllm_stack | instinct.vllm.stack(instinct_vllm_stacks_extra | default({}))
+    'GptOssForCausalLM' | instinct.vllm.stacks_serving(instinct_vllm_stacks_extra | default({}))
+    ansible_facts.distribution | instinct.vllm.stacks_for_os(version, flavour, extra)
+    ansible_facts.kernel | instinct.vllm.kernel_flavour(distribution, version)
+    stack_dict | instinct.vllm.stack_os_check(distribution, version, kernel)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.instinct.vllm.plugins.module_utils import stack_matrix as sm
+
+
+def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except sm.StackError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def stack(name: Any, extra: Any = None) -> dict[str, Any]:
+    """The validated stack ``name`` (``instinct_vllm_stack``) with its ``name`` added."""
+    return sm.get_stack(name, extra or None)
+
+
+def stack_names(extra: Any = None) -> list[str]:
+    """Sorted names of every known stack (the input is the extra stacks dict)."""
+    return sm.stack_names(extra or None)
+
+
+def stacks_serving(architecture: str, extra: Any = None) -> list[str]:
+    """Names of the stacks whose model_architectures include ``architecture``."""
+    return sm.stacks_serving(str(architecture), extra or None)
+
+
+def stacks_for_os(
+    distribution: str, version: Any, flavour: Any = None, extra: Any = None
+) -> list[str]:
+    """Names of the stacks supporting this OS release (and kernel flavour, if given)."""
+    return sm.stacks_for_os(str(distribution), str(version), flavour or None, extra or None)
+
+
+def stack_os_check(
+    stack_: Any, distribution: str, version: Any, kernel_release: str
+) -> dict[str, Any]:
+    """Check OS release and running kernel against a stack: ``{ok, flavour, series, msg}``."""
+    if not isinstance(stack_, dict):
+        raise sm.StackError(
+            "stack_os_check: the input must be a stack (the output of instinct.vllm.stack)"
+        )
+    return sm.check_os(
+        stack_, str(distribution), str(version), str(kernel_release), sm.ga_kernels()
+    )
+
+
+def kernel_flavour(kernel_release: str, distribution: str, version: Any) -> str:
+    """``ga``, ``hwe`` or ``unknown`` for a running kernel on this OS release."""
+    return sm.kernel_flavour(str(kernel_release), str(distribution), str(version), sm.ga_kernels())
+
+
+class FilterModule:
+    """instinct.vllm stack matrix filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {
+            "stack": _wrap(stack),
+            "stack_names": _wrap(stack_names),
+            "stacks_serving": _wrap(stacks_serving),
+            "stacks_for_os": _wrap(stacks_for_os),
+            "kernel_flavour": _wrap(kernel_flavour),
+            "stack_os_check": _wrap(stack_os_check),
+        }

@@ -1,0 +1,277 @@
+"""Streaming safetensors writer for model_convert, and the safe-write helpers.
+
+Tensor bytes go from the source file to the output file in fixed-size chunks (positional reads
+in a reader thread, writes and sha256 in the caller's thread), so memory stays at a few chunk
+buffers whatever the model size. dtype conversion is done chunk by chunk with torch (imported
+lazily). Every output file is hashed while it is written, so the manifest costs no extra read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io import (
+    TORCH_TO_ST,
+    ConvertError,
+    SourceTensor,
+)
+
+CHUNK = 32 * 1024 * 1024
+PREFETCH = 3
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    source: SourceTensor
+    name: str
+    dtype: str  # torch dtype name written
+
+    @property
+    def nbytes(self) -> int:
+        return self.source.numel * TORCH_TO_ST[self.dtype][1]
+
+
+def safetensors_header(tensors: list[OutTensor], metadata: dict[str, str]) -> bytes:
+    """Header bytes (length prefix included), padded to 8 bytes like the safetensors library."""
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for t in tensors:
+        header[t.name] = {
+            "dtype": TORCH_TO_ST[t.dtype][0],
+            "shape": list(t.source.shape),
+            "data_offsets": [offset, offset + t.nbytes],
+        }
+        offset += t.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _chunks_from_file(fd: int, tensor: SourceTensor, chunk: int) -> Iterator[bytes]:
+    pos, end = tensor.offset, tensor.offset + tensor.nbytes
+    while pos < end:
+        data = os.pread(fd, min(chunk, end - pos), pos)
+        if not data:
+            raise ConvertError(f"{tensor.file}: tensor {tensor.name}: unexpected end of file")
+        pos += len(data)
+        yield data
+
+
+def _chunks_materialised(root: Path, tensor: SourceTensor) -> Iterator[bytes]:
+    """Fallback for a non-contiguous view in a .bin: materialise this one tensor only."""
+    import torch
+
+    state = torch.load(root / tensor.file, mmap=True, weights_only=True, map_location="cpu")
+    value = state[tensor.name].contiguous()
+    del state
+    data = value.view(torch.uint8).numpy().tobytes() if value.numel() else b""
+    del value
+    for start in range(0, len(data), CHUNK):
+        yield data[start : start + CHUNK]
+
+
+def _convert_chunk(data: bytes, src_dtype: str, dst_dtype: str) -> bytes:
+    import torch
+
+    src = torch.frombuffer(bytearray(data), dtype=getattr(torch, src_dtype))
+    return src.to(getattr(torch, dst_dtype)).view(torch.uint8).numpy().tobytes()
+
+
+def tensor_chunks(root: Path, fds: dict[str, int], tensor: OutTensor) -> Iterator[bytes]:
+    """The output bytes of one tensor, in chunks (element-aligned when converting)."""
+    src = tensor.source
+    itemsize = TORCH_TO_ST[src.dtype][1]
+    raw = (
+        _chunks_from_file(fds[src.file], src, CHUNK - CHUNK % itemsize)
+        if src.offset >= 0
+        else _chunks_materialised(root, src)
+    )
+    if tensor.dtype == src.dtype:
+        yield from raw
+        return
+    for data in raw:
+        yield _convert_chunk(data, src.dtype, tensor.dtype)
+
+
+def _prefetch(
+    gen: Iterator[tuple[OutTensor, bytes]],
+) -> Iterator[tuple[OutTensor, bytes]]:
+    """Run the reads in a thread, a few chunks ahead of the writer."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH)
+    stop = threading.Event()
+    done = object()
+
+    def worker() -> None:
+        try:
+            for item in gen:
+                if stop.is_set():
+                    return
+                q.put(item)
+            q.put(done)
+        except BaseException as exc:
+            q.put(exc)
+
+    thread = threading.Thread(target=worker, name="model_convert-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+class HashingWriter:
+    """A file written once, sha256 computed on the way, fsynced on close."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.sha.update(data)
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        self.size += len(data)
+
+    def close(self) -> dict[str, Any]:
+        os.fsync(self.fd)
+        os.close(self.fd)
+        return {"size": self.size, "sha256": self.sha.hexdigest()}
+
+
+def write_shard(
+    root: Path,
+    path: Path,
+    tensors: list[OutTensor],
+    fds: dict[str, int],
+    on_bytes: Callable[[int, str], None],
+) -> dict[str, Any]:
+    """Write one safetensors shard; return its size and sha256."""
+    out = HashingWriter(path)
+    try:
+        out.write(safetensors_header(tensors, {"format": "pt"}))
+
+        def produce() -> Iterator[tuple[OutTensor, bytes]]:
+            for tensor in tensors:
+                for data in tensor_chunks(root, fds, tensor):
+                    yield tensor, data
+
+        written: dict[str, int] = {}
+        for tensor, data in _prefetch(produce()):
+            out.write(data)
+            written[tensor.name] = written.get(tensor.name, 0) + len(data)
+            on_bytes(len(data), tensor.name)
+        for tensor in tensors:
+            if written.get(tensor.name, 0) != tensor.nbytes:
+                raise ConvertError(
+                    f"{tensor.source.file}: tensor {tensor.source.name}: read "
+                    f"{written.get(tensor.name, 0)} bytes, expected {tensor.nbytes}"
+                )
+    except BaseException:
+        os.close(out.fd)
+        raise
+    return out.close()
+
+
+def write_bytes(path: Path, data: bytes) -> dict[str, Any]:
+    out = HashingWriter(path)
+    out.write(data)
+    return out.close()
+
+
+def write_json(path: Path, data: Any) -> dict[str, Any]:
+    return write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def copy_file(src: Path, dst: Path) -> dict[str, Any]:
+    out = HashingWriter(dst)
+    with src.open("rb") as fh:
+        while data := fh.read(CHUNK):
+            out.write(data)
+    return out.close()
+
+
+def sha256_file(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as fh:
+        while data := fh.read(CHUNK):
+            sha.update(data)
+    return sha.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def partial_dir(dest: Path) -> Path:
+    return dest.parent / f".{dest.name}.partial"
+
+
+def clean_stale(dest: Path) -> None:
+    """Remove what an interrupted run left beside dest (partial output, replaced output)."""
+    for suffix in (".partial", ".old"):
+        stale = dest.parent / f".{dest.name}{suffix}"
+        if stale.exists():
+            shutil.rmtree(stale)
+
+
+def commit(tmp: Path, dest: Path) -> None:
+    """Atomically put tmp in place of dest (the old dest, if any, is moved aside then removed)."""
+    fsync_dir(tmp)
+    old = dest.parent / f".{dest.name}.old"
+    if dest.exists():
+        os.rename(dest, old)
+    os.rename(tmp, dest)
+    fsync_dir(dest.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+class DirLock:
+    """An exclusive flock beside dest, so two conversions never share a temp dir."""
+
+    def __init__(self, dest: Path) -> None:
+        self.path = dest.parent / f".{dest.name}.lock"
+        self.fd = -1
+
+    def __enter__(self) -> Self:
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(self.fd)
+            raise ConvertError(f"{self.path}: another conversion to this dest is running") from exc
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
