@@ -13,13 +13,13 @@ test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, e
 	scripts/test
 
 demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint
-	scripts/demo up
+	.venv/bin/python scripts/demo up
 
-demo-down: ## remove the demo sandbox node
-	scripts/demo down
+demo-down: venv ## remove the demo sandbox node
+	.venv/bin/python scripts/demo down
 
 bench: host-packages venv ## model conversion benchmark; writes docs/benchmarks.md
-	scripts/bench
+	.venv/bin/python scripts/bench
 
 host-packages: ## Debian packages the harness needs (podman, runc, debootstrap, ...)
 	scripts/host-packages

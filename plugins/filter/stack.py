@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters over the stack matrix (files/stacks.yml); the logic is in module_utils/stack_matrix.
 
 Usage::

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Collect AMD Instinct GPU facts: PCI, rocminfo, amd-smi / rocm-smi, amdgpu driver state.
 
 Standard library only. :func:`collect` takes the tool paths (None when a tool is absent) and a
@@ -153,6 +155,11 @@ def _run(run: Runner, argv: list[str]) -> tuple[int, str]:
     return rc, joined
 
 
+def _output(run: Runner, argv: list[str]) -> str:
+    """Like :func:`_run` for callers that judge the text, not the exit code."""
+    return _run(run, argv)[1]
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
@@ -215,7 +222,7 @@ def collect(
         if not tools.get("rocminfo"):
             rocminfo.update(missing("rocminfo"), tool=None)
         else:
-            _, out = _run(run, [str(tools["rocminfo"])])
+            out = _output(run, [str(tools["rocminfo"])])
             parsed = parse_rocminfo(out)
             agents = parsed["gpu_agents"]
             rocminfo.update(
@@ -245,10 +252,10 @@ def collect(
         if not tools.get("amd_smi"):
             amd_smi.update(missing("amd_smi"), tool=None)
         else:
-            _, out = _run(run, [str(tools["amd_smi"]), "static", "--json"])
+            out = _output(run, [str(tools["amd_smi"]), "static", "--json"])
             parsed = parse_amd_smi_static(out)
             smi_gpus = parsed["gpus"]
-            _, vout = _run(run, [str(tools["amd_smi"]), "version", "--json"])
+            vout = _output(run, [str(tools["amd_smi"]), "version", "--json"])
             version = parse_amd_smi_version(vout)
             amd_smi.update(
                 status=parsed["status"],
@@ -274,7 +281,7 @@ def collect(
         if not tools.get("rocm_smi"):
             rocm_smi.update(missing("rocm_smi"), tool=None)
         else:
-            _, out = _run(run, [str(tools["rocm_smi"])])
+            out = _output(run, [str(tools["rocm_smi"])])
             parsed = parse_rocm_smi(out)
             rocm_smi.update(
                 status=parsed["status"],
@@ -310,7 +317,7 @@ def collect(
         driver["blacklisted_in"] = find_blacklist(modprobe_dir)
         mokutil_text = None
         if tools.get("mokutil") and not (Path(efivars_dir) / SECURE_BOOT_VAR).exists():
-            _, mokutil_text = _run(run, [str(tools["mokutil"]), "--sb-state"])
+            mokutil_text = _output(run, [str(tools["mokutil"]), "--sb-state"])
         driver["secure_boot"] = secure_boot_state(efivars_dir, mokutil_text)
         if driver["blacklisted_in"]:
             problems.append(

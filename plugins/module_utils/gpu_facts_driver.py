@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """amdgpu kernel driver state: ``/sys/module/amdgpu``, ``lsmod``, ``dkms status``, modprobe.d.
 
 Standard library only; every function takes text (or a directory path) and never changes

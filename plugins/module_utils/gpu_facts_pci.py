@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """AMD Instinct GPUs from ``lspci`` output (works before ROCm is installed).
 
 Standard library only. Parses ``lspci -nn`` (optionally with ``-D`` and ``-k``) and plain

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parsers for the ROCm tools: ``rocminfo``, ``amd-smi static/version --json``, ``rocm-smi``.
 
 Standard library only. Every parser accepts whatever the tool printed (stdout and stderr

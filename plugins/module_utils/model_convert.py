@@ -165,7 +165,12 @@ def _generation_config(src: Path, config: dict[str, Any]) -> dict[str, Any]:
 def _extra_files(src: Path) -> list[str]:
     names = []
     for path in sorted(src.iterdir()):
-        if path.is_file() and not _SKIP_COPY.match(path.name) and path.name not in tok.COPY_FILES:
+        if (
+            path.is_file()
+            and not _SKIP_COPY.match(path.name)
+            and path.name not in tok.COPY_FILES
+            and path.name != MANIFEST
+        ):
             names.append(path.name)
     return names
 

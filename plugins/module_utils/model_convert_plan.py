@@ -158,10 +158,15 @@ def resolve_profile(profile: str, config: dict[str, Any], fmt: str) -> tuple[str
         return profile, False
     archs = config.get("architectures") or []
     arch = archs[0] if archs else ""
-    if arch in LEGACY_ARCHITECTURES or "custom_rope_theta" in config:
+    if arch in LEGACY_ARCHITECTURES:
         return "gptoss_llama", False
-    if arch in NATIVE_ARCHITECTURES and fmt == "safetensors":
+    # a native architecture in safetensors is served as is, unless its RoPE base is only in the
+    # legacy field (our own output keeps custom_rope_theta next to rope_theta)
+    only_custom_rope = "custom_rope_theta" in config and "rope_theta" not in config
+    if arch in NATIVE_ARCHITECTURES and fmt == "safetensors" and not only_custom_rope:
         return "none", True
+    if "custom_rope_theta" in config:
+        return "gptoss_llama", False
     if arch == "LlamaForCausalLM":
         return "gptoss_llama", False
     if arch in NATIVE_ARCHITECTURES:

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Preflight checks: does this host, its GPUs and the requested serving setup fit the stack?
 
 Standard library only (plus stack_matrix, which reads files/stacks.yml with PyYAML on the

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The stack matrix: load ``files/stacks.yml``, merge extra stacks over it, validate, select.
 
 A *stack* names everything that must agree on a node (OS and kernel flavour, ROCm repos and
@@ -419,7 +421,7 @@ def kernel_flavour(
     """
     ga = None
     for key, series in ga_kernels.items():
-        dist, _, ver = str(key).partition(" ")
+        dist, _sep, ver = str(key).partition(" ")
         if dist.lower() == str(distribution).lower() and version_matches(ver, version):
             ga = str(series)
     running = kernel_series(kernel_release)

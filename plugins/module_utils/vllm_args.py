@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """vLLM server flags: render a dict of flags to argv, and check argv against vLLM's own parser.
 
 Two halves, both importable without Ansible and without vLLM (only the standard library is

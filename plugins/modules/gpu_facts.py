@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Gather AMD Instinct GPU facts (thin module; the logic is in module_utils/gpu_facts*.py)."""
 
 from __future__ import annotations
@@ -54,12 +56,17 @@ options:
     default: false
 attributes:
   check_mode:
+    description: >-
+      Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Read-only; runs the same read-only commands in check mode.
   diff_mode:
+    description: >-
+      Will return details on what has changed (or possibly needs changing in check_mode),
+      when in diff mode.
     support: none
 author:
-  - instinct.vllm maintainers
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""

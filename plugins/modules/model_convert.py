@@ -50,8 +50,9 @@ options:
         Hugging Face Llama tensor names) to C(LlamaForCausalLM) and validates it against the config.
       - C(none) renames nothing (unless O(key_map) says so) and keeps C(config.json) apart from
         O(config_overrides).
-      - C(auto) picks C(gptoss_llama) for C(GPTOSSForCausalLM) or a C(custom_rope_theta), only
-        verifies natively served safetensors checkpoints, and fails on anything it does not know.
+      - C(auto) picks C(gptoss_llama) for C(GPTOSSForCausalLM) (or a config whose RoPE base is
+        only in C(custom_rope_theta)), only verifies safetensors checkpoints of architectures
+        vLLM serves natively, and fails on anything it does not know.
     type: str
     choices: [auto, gptoss_llama, none]
     default: auto

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: check vLLM server flags against the installed vLLM's own argument parser."""
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ options:
     description: Seconds the check may take (importing vLLM takes 15-60 s).
     type: float
     default: 600
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""

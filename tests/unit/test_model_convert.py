@@ -399,6 +399,17 @@ def test_auto_recognises_native_checkpoint(
         convert(_opts(src, tmp_path / "dest"))
 
 
+def test_converted_output_is_native_and_reconversion_idempotent(
+    converted: tuple[Path, dict], tmp_path: Path
+) -> None:
+    out = converted[0]
+    result = convert(_opts(out, tmp_path / "native"))
+    assert result["native"] is True and result["model_dir"] == str(out.resolve())
+    again = tmp_path / "again"
+    assert convert(_opts(out, again, profile="gptoss_llama"))["changed"] is True
+    assert convert(_opts(out, again, profile="gptoss_llama"))["changed"] is False
+
+
 def test_key_map_overrides_and_drops(legacy: Path, tmp_path: Path) -> None:
     src = cf.clone(legacy, tmp_path / "src")
 

@@ -176,10 +176,11 @@ def test_parse_cli_env_argv_and_derived() -> None:
     assert cfg.base_url == "http://127.0.0.1:81"
     assert cfg.served_model_name == "/m"
     assert cfg.health == "http://127.0.0.1:81/health"
-    cfg, _ = wd.parse_cli(
+    cfg, child = wd.parse_cli(
         ["--health-url", "http://h/healthz", "--served-model-name", "n", "--", "v"], {}
     )
     assert (cfg.health, cfg.served_model_name) == ("http://h/healthz", "n")
+    assert child == ["v"]
 
 
 @pytest.mark.parametrize(

@@ -100,7 +100,7 @@ def _snapshot(host) -> list[str]:
 @pytest.fixture(scope="module")
 def run(host, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("preflight")
-    inventory = {"all": {"vars": COMMON, "hosts": {name: v for name, v in CASES.items()}}}
+    inventory = {"all": {"vars": COMMON, "hosts": dict(CASES)}}
     (tmp / "inventory.json").write_text(json.dumps(inventory))
     playbook = tmp / "play.yml"
     playbook.write_text(json.dumps(PLAYBOOK))  # JSON is YAML
@@ -151,13 +151,13 @@ def run(host, tmp_path_factory):
 
 def _failure(run, case: str) -> tuple[str, str]:
     failed = [(task, r) for task, r in run["results"][case] if r.get("failed")]
-    assert failed, f"{case} did not fail: {[t for t, _ in run['results'][case]]}"
+    assert failed, f"{case} did not fail: {[task for task, _result in run['results'][case]]}"
     task, result = failed[0]
     return task, str(result.get("msg", ""))
 
 
 def _reached_later_roles(run, case: str) -> bool:
-    return any(task == "Later roles would start here" for task, _ in run["results"][case])
+    return any(task == "Later roles would start here" for task, _result in run["results"][case])
 
 
 def test_nothing_changed_on_the_host(run):

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """A Type=notify service for the harness test: READY=1, then WATCHDOG=1 every second until the
 file /run/wd-probe/stall appears; then it keeps running but stops pinging, like a hung engine.
 At start it removes the stall file, so a restarted instance pings again."""
