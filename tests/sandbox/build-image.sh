@@ -4,7 +4,6 @@
 # localhost/instinct-sandbox:latest always points at the current recipe's image.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
 name=${INSTINCT_SANDBOX_IMAGE_NAME:-localhost/instinct-sandbox}
 suite=${INSTINCT_SANDBOX_SUITE:-bookworm}
 mirror=${INSTINCT_SANDBOX_MIRROR:-http://deb.debian.org/debian}
