@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,16 @@ def _write_all(
         if progress is not None:
             progress(done, total, name)
 
+    mode = tok.resolve_mode(opts.tokenizer, src)
+    max_len = plan.config_after.get("max_position_embeddings")
+    pool = ThreadPoolExecutor(1, "model_convert-tokenizer")
+    # the tokenizer (transformers import + conversion, CPU) is built while the weights stream
+    tokenizer_files = (
+        pool.submit(tok.build, src, max_len if isinstance(max_len, int) else None)
+        if mode == "convert"
+        else None
+    )
+    pool.shutdown(wait=False)
     fds: dict[str, int] = {}
     try:
         for rel in tensors_files:
@@ -264,15 +275,14 @@ def _write_all(
     files["generation_config.json"] = write_json(
         tmp / "generation_config.json", _generation_config(src, plan.config_after)
     )
-    mode = tok.resolve_mode(opts.tokenizer, src)
     if mode == "copy":
         for name in tok.COPY_FILES:
             if (src / name).is_file():
                 files[name] = copy_file(src / name, tmp / name)
     elif mode == "convert":
         files["tokenizer.model"] = copy_file(src / "tokenizer.model", tmp / "tokenizer.model")
-        max_len = plan.config_after.get("max_position_embeddings")
-        for name, data in tok.build(src, max_len if isinstance(max_len, int) else None).items():
+        assert tokenizer_files is not None
+        for name, data in tokenizer_files.result().items():
             files[name] = write_bytes(tmp / name, data)
     for name in _extra_files(src):
         files[name] = copy_file(src / name, tmp / name)

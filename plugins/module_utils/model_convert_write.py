@@ -15,6 +15,7 @@ import queue
 import shutil
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -141,23 +142,46 @@ def _prefetch(
 
 
 class HashingWriter:
-    """A file written once, sha256 computed on the way, fsynced on close."""
+    """A file written once, sha256 computed on the way, fsynced on close.
 
-    def __init__(self, path: Path) -> None:
+    With `parallel`, each chunk is hashed in a helper thread while it is written (hashlib and
+    os.write both release the GIL), so hashing costs no wall time on a disk-bound copy.
+    """
+
+    def __init__(self, path: Path, parallel: bool = False) -> None:
         self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.sha = hashlib.sha256()
         self.size = 0
+        self._pool = ThreadPoolExecutor(1, "model_convert-sha") if parallel else None
+        self._pending: Future[None] | None = None
 
     def write(self, data: bytes | memoryview) -> None:
-        self.sha.update(data)
+        if self._pool is None:
+            self.sha.update(data)
+        else:
+            if self._pending is not None:
+                self._pending.result()
+            self._pending = self._pool.submit(self.sha.update, data)
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
         self.size += len(data)
 
+    def _drain(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def abort(self) -> None:
+        self._drain()
+        os.close(self.fd)
+
     def close(self) -> dict[str, Any]:
+        self._drain()
         os.fsync(self.fd)
         os.close(self.fd)
         return {"size": self.size, "sha256": self.sha.hexdigest()}
@@ -171,7 +195,7 @@ def write_shard(
     on_bytes: Callable[[int, str], None],
 ) -> dict[str, Any]:
     """Write one safetensors shard; return its size and sha256."""
-    out = HashingWriter(path)
+    out = HashingWriter(path, parallel=True)
     try:
         out.write(safetensors_header(tensors, {"format": "pt"}))
 
@@ -192,7 +216,7 @@ def write_shard(
                     f"{written.get(tensor.name, 0)} bytes, expected {tensor.nbytes}"
                 )
     except BaseException:
-        os.close(out.fd)
+        out.abort()
         raise
     return out.close()
 

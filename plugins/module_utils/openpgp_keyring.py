@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read OpenPGP keyrings well enough to find and remove one vendor's keys (RFC 4880 / 9580).
 
 Used by the module ``instinct.vllm.apt_legacy_keys`` to undo apt-key era installs: a vendor key
@@ -207,7 +209,7 @@ def _crc24(data: bytes) -> int:
     crc = 0xB704CE
     for byte in data:
         crc ^= byte << 16
-        for _ in range(8):
+        for _bit in range(8):
             crc <<= 1
             if crc & 0x1000000:
                 crc ^= 0x1864CFB

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: remove a vendor's keys from APT's apt-key era keyrings."""
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ options:
     type: list
     elements: str
     default: []
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""

@@ -61,8 +61,8 @@ def test_exec_start_is_wrapper_then_vllm_serve(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-2000:]
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
-    assert argv[0] == "/usr/local/libexec/instinct-vllm-watchdog"
-    assert argv[1:cut] == ["--probe-interval", "30"]
+    assert argv[:2] == ["/usr/bin/python3", "/usr/local/libexec/instinct-vllm-watchdog"]
+    assert argv[2:cut] == ["--probe-interval", "30"]
     assert argv[cut + 1 : cut + 4] == ["/opt/vllm/venv/bin/vllm", "serve", "/srv/models/my model"]
     flags = argv[cut + 4 :]
     for pair in (["--tensor-parallel-size", "8"], ["--kv-cache-dtype", "auto"],

@@ -80,7 +80,8 @@ def test_unit_hardening(host):
     ):
         assert line in text, line
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
-    assert exec_start.startswith("ExecStart=/usr/local/libexec/instinct-vllm-watchdog ")
+    wrapper = "/usr/bin/python3 /usr/local/libexec/instinct-vllm-watchdog "
+    assert exec_start.startswith("ExecStart=" + wrapper)
     assert " -- /opt/vllm/venv/bin/vllm serve /srv/models/tiny-llama " in exec_start
     assert "--distributed-executor-backend uni" in exec_start
     assert "api-key" not in exec_start
