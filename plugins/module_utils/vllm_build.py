@@ -337,7 +337,7 @@ _CLASSIFIERS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
-CATEGORIES: tuple[str, ...] = (*(c for c, _ in _CLASSIFIERS), "unknown")
+CATEGORIES: tuple[str, ...] = (*(c for c, _pattern in _CLASSIFIERS), "unknown")
 HINTS: dict[str, str] = {
     "patch_failure": "a patch of the series does not apply to this source; refresh it",
     "oom_kill": "a compiler job was killed for memory; lower vllm_source_max_jobs "

@@ -105,7 +105,7 @@ def apply_series(
                 raise PatchError(name, out_apply, result.results)
             result.results.append({"patch": name, "status": "applied"})
             continue
-        rc_rev, _ = runner([*base, patch, "--dry-run", "--reverse"], tree)
+        rc_rev, _out = runner([*base, patch, "--dry-run", "--reverse"], tree)
         if rc_rev == 0:
             result.results.append({"patch": name, "status": "already_applied"})
             continue

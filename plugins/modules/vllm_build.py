@@ -1,10 +1,9 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: build a vLLM wheel (setup.py bdist_wheel), log it, classify a failure (thin)."""
 
 from __future__ import annotations
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import run_build
 
 DOCUMENTATION = r"""
 module: vllm_build
@@ -24,7 +23,8 @@ options:
   dist_dir: {description: Where the wheel is written., type: path, required: true}
 attributes:
   check_mode: {support: none, details: A build cannot be simulated; the role skips it.}
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""
@@ -46,6 +46,9 @@ category: {description: Failure category., type: str, returned: failure}
 evidence: {description: The log line that decided the category., type: str, returned: failure}
 tail: {description: The last 40 non-empty log lines., type: list, elements: str, returned: failure}
 """
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import run_build  # noqa: E402
 
 
 def main() -> None:

@@ -1,23 +1,11 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: the build key, MAX_JOBS and environment of a vLLM source build (thin)."""
 
 from __future__ import annotations
 
 import os
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (
-    GIB,
-    BuildInputError,
-    build_env,
-    build_key,
-    check_source,
-    key_inputs,
-    max_jobs,
-    parse_meminfo,
-    read_stamp,
-    resolve_archs,
-)
 
 DOCUMENTATION = r"""
 module: vllm_build_env
@@ -89,7 +77,8 @@ options:
     description: Where to read the memory figures.
     type: str
     default: /proc/meminfo
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""
@@ -113,9 +102,23 @@ max_jobs: {description: MAX_JOBS., type: int, returned: success}
 max_jobs_reason: {description: How MAX_JOBS was chosen., type: str, returned: success}
 cores: {description: Usable cores., type: int, returned: success}
 mem_available_gib: {description: MemAvailable in GiB., type: float, returned: success}
-stamp: {description: The stamp file's content, or null., type: dict, returned: success}
+stamp: {description: "The stamp file's content, or null.", type: dict, returned: success}
 stamp_matches: {description: The stamp records this key., type: bool, returned: success}
 """
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
+    GIB,
+    BuildInputError,
+    build_env,
+    build_key,
+    check_source,
+    key_inputs,
+    max_jobs,
+    parse_meminfo,
+    read_stamp,
+    resolve_archs,
+)
 
 
 def main() -> None:

@@ -1,13 +1,9 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: apply a patch series to a source tree, checking each patch first (thin)."""
 
 from __future__ import annotations
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build_patch import (
-    PatchError,
-    apply_series,
-)
 
 DOCUMENTATION = r"""
 module: vllm_patch
@@ -30,9 +26,12 @@ options:
     required: true
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying
+      target.
     support: full
     details: Runs only the dry runs; patches after one that would apply are reported C(pending).
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""
@@ -50,6 +49,12 @@ results:
   elements: dict
   returned: always
 """
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build_patch import (  # noqa: E402
+    PatchError,
+    apply_series,
+)
 
 
 def main() -> None:

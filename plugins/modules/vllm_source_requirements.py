@@ -1,15 +1,11 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: flatten a vLLM source's requirements files without the stack-owned packages (thin)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (
-    BuildInputError,
-    requirements_from,
-)
 
 DOCUMENTATION = r"""
 module: vllm_source_requirements
@@ -34,7 +30,8 @@ options:
   dest: {description: File written., type: path, required: true}
 attributes:
   check_mode: {support: full, details: Reports whether O(dest) would change.}
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""
@@ -48,6 +45,12 @@ EXAMPLES = r"""
 RETURN = r"""
 requirements: {description: The requirements written., type: list, elements: str, returned: success}
 """
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
+    BuildInputError,
+    requirements_from,
+)
 
 
 def main() -> None:

@@ -72,7 +72,7 @@ def test_rocm_env_from_recorded_mi300x_facts() -> None:
 
 
 def test_rocm_env_same_host_with_less_free_memory_is_capped_by_memory() -> None:
-    _, cpus, _ = mi300x_recorded()
+    _archs, cpus, _mem = mi300x_recorded()
     # Same 208-CPU host while 300 GiB are free: 300 // 8 = 37 jobs, not 208.
     jobs, reason = vb.max_jobs(cpus, vb.parse_meminfo(meminfo(300)), 8)
     assert jobs == 37 and reason.endswith("-> memory")
@@ -140,7 +140,7 @@ def test_arch_outside_the_stack_fails_naming_the_variable() -> None:
 
 
 def test_no_gpu_target_needs_no_arch_and_exports_no_rocm_vars() -> None:
-    archs, _ = vb.resolve_archs("", [], [], "empty")
+    archs, _origin = vb.resolve_archs("", [], [], "empty")
     env = vb.build_env("empty", archs, 2, "/opt/vllm/venv", None)
     assert env["VLLM_TARGET_DEVICE"] == "empty" and env["MAX_JOBS"] == "2"
     assert not {"PYTORCH_ROCM_ARCH", "ROCM_PATH", "HIP_PATH"} & set(env)
