@@ -1,9 +1,9 @@
 """Shell entry point for model_convert (no Ansible needed).
 
-    python -m ansible_collections.instinct.vllm.plugins.module_utils.model_convert_cli \\
+    <venv>/bin/python files/model-convert \\
         SRC DEST [--profile auto] [--dtype keep] [--max-shard-size 5GB] [--check] ...
 
-or, from a checkout, `files/model-convert SRC DEST ...`. Shows a progress bar on stderr
+(files/model-convert calls main() here). Shows a progress bar on stderr
 (when stderr is a terminal, or with --progress) and prints the result as JSON on stdout.
 Exit status: 0 converted or up to date, 2 bad input (message on stderr).
 """
@@ -38,9 +38,9 @@ class Bar:
         self.last = now
         frac = done / total if total else 1.0
         rate = done / 1e6 / max(now - self.started, 1e-6)
-        bar = "#" * int(frac * 30)
+        filled = "#" * int(frac * 30)
         self.stream.write(
-            f"\r[{bar:<30}] {frac * 100:5.1f}% {done / 1e9:7.2f}/{total / 1e9:.2f} GB "
+            f"\r[{filled:<30}] {frac * 100:5.1f}% {done / 1e9:7.2f}/{total / 1e9:.2f} GB "
             f"{rate:7.1f} MB/s {name[-40:]:<40}"
         )
         if done >= total:
@@ -127,6 +127,3 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -105,7 +105,7 @@ def _split(items: list[Any], parts: int, weights: list[int]) -> list[list[Any]]:
     """Contiguous groups of about equal total weight (at least one item each when possible)."""
     parts = max(1, min(parts, len(items)))
     total = sum(weights)
-    groups: list[list[Any]] = [[] for _ in range(parts)]
+    groups: list[list[Any]] = [[] for _part in range(parts)]
     acc = 0
     for i, (item, w) in enumerate(zip(items, weights, strict=True)):
         slot = min(parts - 1, acc * parts // max(total, 1))
@@ -133,7 +133,7 @@ def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[s
     groups = _split(
         names,
         spec.shards,
-        [max(1, s[0] * (s[1] if len(s) > 1 else 1)) for _, s in names],
+        [max(1, s[0] * (s[1] if len(s) > 1 else 1)) for _name, s in names],
     )
     weight_map: dict[str, str] = {}
     total = 0
@@ -193,6 +193,7 @@ def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[s
         "bytes": total,
         "vocab_size": vocab,
         "largest_tensor_bytes": max(
-            torch.Size(s).numel() * torch.tensor([], dtype=dtype).element_size() for _, s in names
+            torch.Size(s).numel() * torch.tensor([], dtype=dtype).element_size()
+            for _name, s in names
         ),
     }

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module instinct.vllm.legacy_checkpoint_demo (logic: module_utils/model_convert_demo)."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ description:
   - Needs torch and sentencepiece on the host (set C(ansible_python_interpreter)).
   - Idempotent - an existing checkpoint written with the same options is left alone.
 author:
-  - instinct.vllm maintainers
+  - instinct.vllm maintainers (@instinct-vllm)
 options:
   dest:
     description: Directory to write (created).
@@ -63,6 +65,8 @@ attributes:
     support: full
     description: Reports whether the checkpoint would be written.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in
+      check_mode), when in diff mode.
     support: none
 """
 
@@ -109,7 +113,7 @@ def main() -> None:
             "hidden_size": {"type": "int", "default": 128},
             "num_hidden_layers": {"type": "int", "default": 2},
             "num_attention_heads": {"type": "int", "default": 4},
-            "num_key_value_heads": {"type": "int", "default": 2},
+            "num_key_value_heads": {"type": "int", "default": 2, "no_log": False},
             "intermediate_size": {"type": "int", "default": 256},
             "shards": {"type": "int", "default": 8},
             "dtype": {

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module instinct.vllm.model_convert (thin: logic in module_utils/model_convert*)."""
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ description:
     C(python -m ansible_collections.instinct.vllm.plugins.module_utils.model_convert_cli SRC DEST)
     or C(files/model-convert SRC DEST) (see docs/model-conversion.md).
 author:
-  - instinct.vllm maintainers
+  - instinct.vllm maintainers (@instinct-vllm)
 options:
   src:
     description: Source checkpoint directory (C(config.json) plus weights).
@@ -213,6 +215,7 @@ def main() -> None:
             },
             "key_map": {
                 "type": "list",
+                "no_log": False,
                 "elements": "dict",
                 "default": [],
                 "options": {

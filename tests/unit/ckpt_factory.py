@@ -61,7 +61,7 @@ def hf_name(legacy: str) -> str:
     }
     if legacy in fixed:
         return fixed[legacy]
-    _, _, layer, rest = legacy.split(".", 3)
+    _model, _layers, layer, rest = legacy.split(".", 3)
     return f"model.layers.{layer}.{_LAYER[rest]}"
 
 
