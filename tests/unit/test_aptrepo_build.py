@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = tmp_path_factory.mktemp("aptrepo")
     out = subprocess.run(
-        [str(BUILD), "--suite", "testsuite", "--cache", str(cache)],
+        [sys.executable, str(BUILD), "--suite", "testsuite", "--cache", str(cache)],
         check=True,
         capture_output=True,
         text=True,
@@ -122,7 +123,7 @@ def test_lspci_stub_adds_the_ids_of_the_real_nn_line(repo: Path):
 
 def test_second_build_is_cached(repo: Path):
     again = subprocess.run(
-        [str(BUILD), "--suite", "testsuite", "--cache", str(repo.parent)],
+        [sys.executable, str(BUILD), "--suite", "testsuite", "--cache", str(repo.parent)],
         check=True,
         capture_output=True,
         text=True,
