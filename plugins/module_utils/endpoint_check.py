@@ -10,13 +10,19 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible.module_utils.urls import open_url
+
 ALL_CHECKS: tuple[str, ...] = (
-    "health", "models", "chat", "chat_stream", "tokenize", "auth_required",
+    "health",
+    "models",
+    "chat",
+    "chat_stream",
+    "tokenize",
+    "auth_required",
 )
 PROMPT = "Say hello."
 
@@ -60,24 +66,35 @@ class CheckFailed(Exception):
     """A check's expectation did not hold; the message says why."""
 
 
-def http(endpoint: Endpoint, method: str, path: str, body: dict[str, Any] | None = None,
-         api_key: str | None = None) -> tuple[int, bytes]:
+def http(
+    endpoint: Endpoint,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    api_key: str | None = None,
+) -> tuple[int, bytes]:
     """Plain HTTP request; returns (status, body) for any status, raises on no answer."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(endpoint.root + path, data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
+    headers = {"Content-Type": "application/json"} if data is not None else {}
     if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+        headers["Authorization"] = f"Bearer {api_key}"
     try:
-        with urllib.request.urlopen(req, timeout=endpoint.timeout) as resp:
+        resp = open_url(
+            endpoint.root + path,
+            data=data,
+            headers=headers,
+            method=method,
+            timeout=endpoint.timeout,
+            use_proxy=False,
+        )
+        with resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
 
 
 def check_health(ep: Endpoint) -> str:
-    status, _ = http(ep, "GET", "/health")
+    status, _body = http(ep, "GET", "/health")
     if status != 200:
         raise CheckFailed(f"GET /health answered {status}, expected 200")
     return "GET /health 200"
@@ -104,8 +121,10 @@ def check_models(ep: Endpoint) -> str:
 def check_chat(ep: Endpoint) -> str:
     model = resolve_model(ep)
     resp = ep.openai_client().chat.completions.create(
-        model=model, messages=[{"role": "user", "content": PROMPT}],
-        max_tokens=ep.max_tokens, temperature=0,
+        model=model,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=ep.max_tokens,
+        temperature=0,
     )
     if not resp.choices:
         raise CheckFailed("chat completion returned no choices")
@@ -121,8 +140,11 @@ def check_chat(ep: Endpoint) -> str:
 def check_chat_stream(ep: Endpoint) -> str:
     model = resolve_model(ep)
     stream = ep.openai_client().chat.completions.create(
-        model=model, messages=[{"role": "user", "content": PROMPT}],
-        max_tokens=ep.max_tokens, temperature=0, stream=True,
+        model=model,
+        messages=[{"role": "user", "content": PROMPT}],
+        max_tokens=ep.max_tokens,
+        temperature=0,
+        stream=True,
     )
     chunks = 0
     pieces: list[str] = []
@@ -153,10 +175,10 @@ def check_tokenize(ep: Endpoint) -> str:
 
 
 def check_auth_required(ep: Endpoint) -> str:
-    status, _ = http(ep, "GET", "/v1/models")
+    status, _body = http(ep, "GET", "/v1/models")
     if status != 401:
         raise CheckFailed(f"GET /v1/models without a key answered {status}, expected 401")
-    wrong, _ = http(ep, "GET", "/v1/models", api_key="wrong-" + "x" * 16)
+    wrong, _body = http(ep, "GET", "/v1/models", api_key="wrong-" + "x" * 16)
     if wrong != 401:
         raise CheckFailed(f"GET /v1/models with a wrong key answered {wrong}, expected 401")
     return "401 without a key and with a wrong key"

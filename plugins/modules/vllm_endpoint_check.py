@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module: check an OpenAI-compatible vLLM endpoint as a client would."""
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ description:
   - Runs client-side checks against a vLLM server - GET /health, /v1/models lists the model,
     a chat completion, a streamed chat completion read to its end, POST /tokenize, and 401
     without (and with a wrong) API key.
-  - Meant to run on the controller (C(delegate_to: localhost)) with an interpreter that has the
-    C(openai) package.
+  - "Meant to run on the controller (C(delegate_to: localhost)) with an interpreter that has the
+    C(openai) package."
   - Fails when any check fails; the message names each failed check and why.
 options:
   base_url:
@@ -40,7 +42,8 @@ options:
     description: Tokens to generate in the chat checks.
     type: int
     default: 8
-author: instinct.vllm maintainers
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
 """
 
 EXAMPLES = r"""
@@ -83,7 +86,7 @@ def main() -> None:
             "checks": {"type": "list", "elements": "str", "default": list(ALL_CHECKS),
                        "choices": list(ALL_CHECKS)},
             "timeout": {"type": "float", "default": 60.0},
-            "max_tokens": {"type": "int", "default": 8},
+            "max_tokens": {"type": "int", "default": 8, "no_log": False},
         },
         supports_check_mode=True,
     )

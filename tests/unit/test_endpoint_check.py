@@ -100,7 +100,7 @@ def results_by_name(url: str, **kw: Any) -> dict[str, Any]:
 
 
 def test_all_checks_pass_on_a_healthy_server(server: tuple[str, dict[str, Any]]) -> None:
-    url, _ = server
+    url, _server = server
     results = run_checks(Endpoint(url + "/v1", KEY, "tiny", timeout=5))
     assert [r.name for r in results] == list(ALL_CHECKS)
     assert all(r.ok for r in results), summary(results)
@@ -124,7 +124,7 @@ def test_unhealthy_server(server: tuple[str, dict[str, Any]]) -> None:
 
 
 def test_wrong_model_is_named(server: tuple[str, dict[str, Any]]) -> None:
-    url, _ = server
+    url, _server = server
     res = results_by_name(url, model="gpt-oss-120b")
     assert not res["models"].ok
     assert "'gpt-oss-120b' is not served" in res["models"].detail
@@ -132,7 +132,7 @@ def test_wrong_model_is_named(server: tuple[str, dict[str, Any]]) -> None:
 
 
 def test_wrong_key_is_reported_with_http_status(server: tuple[str, dict[str, Any]]) -> None:
-    url, _ = server
+    url, _server = server
     results = run_checks(Endpoint(url, "wrong" * 4, timeout=5), ["models", "chat"])
     assert not any(r.ok for r in results)
     assert "401" in results[0].detail

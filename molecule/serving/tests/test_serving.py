@@ -182,7 +182,7 @@ def test_concurrent_streaming_does_not_restart(host):
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
+    threads = [threading.Thread(target=worker) for _worker in range(4)]
     for t in threads:
         t.start()
     for t in threads:
