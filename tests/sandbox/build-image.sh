@@ -9,7 +9,7 @@ suite=${INSTINCT_SANDBOX_SUITE:-bookworm}
 mirror=${INSTINCT_SANDBOX_MIRROR:-http://deb.debian.org/debian}
 # Packages in the image: what every role's tests need on a bare host. Changing this list
 # (or anything else in this file) changes the tag, and so rebuilds the image.
-packages=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,python3-pip,sudo,apt,ca-certificates,gnupg,iproute2,procps,kmod,curl,patch,less
+packages=systemd,systemd-sysv,dbus,python3,python3-apt,python3-debian,python3-venv,python3-pip,sudo,apt,ca-certificates,gnupg,iproute2,procps,kmod,curl,patch,less
 recipe_hash=$( { cat "$0"; echo "$suite $mirror $packages"; } | sha256sum | cut -c1-12)
 tag="$name:$recipe_hash"
 
