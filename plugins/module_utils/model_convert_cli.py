@@ -126,4 +126,3 @@ def main(argv: list[str] | None = None) -> int:
     result.pop("diff", None)
     sys.stdout.write(json.dumps(result, indent=2) + "\n")
     return 0
-

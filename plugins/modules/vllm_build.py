@@ -22,7 +22,11 @@ options:
   log: {description: Build log file on the host., type: path, required: true}
   dist_dir: {description: Where the wheel is written., type: path, required: true}
 attributes:
-  check_mode: {support: none, details: A build cannot be simulated; the role skips it.}
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying
+      target.
+    support: none
+    details: A build cannot be simulated; the role skips it.
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import os
-
 DOCUMENTATION = r"""
 module: vllm_build_env
 short_description: Compute the build key, MAX_JOBS and build environment of a vLLM source build
@@ -105,6 +103,8 @@ mem_available_gib: {description: MemAvailable in GiB., type: float, returned: su
 stamp: {description: "The stamp file's content, or null.", type: dict, returned: success}
 stamp_matches: {description: The stamp records this key., type: bool, returned: success}
 """
+
+import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402

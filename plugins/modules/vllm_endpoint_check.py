@@ -24,7 +24,6 @@ options:
     description: The server's API key.
     type: str
     required: true
-    no_log: true
   model:
     description: Model id that must be served; empty uses the first one /v1/models lists.
     type: str
@@ -34,6 +33,7 @@ options:
     type: list
     elements: str
     default: [health, models, chat, chat_stream, tokenize, auth_required]
+    choices: [health, models, chat, chat_stream, tokenize, auth_required]
   timeout:
     description: Seconds per request.
     type: float

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 DOCUMENTATION = r"""
 module: vllm_source_requirements
 short_description: Write a vLLM source's requirements, flattened, without stack-pinned packages
@@ -29,7 +27,11 @@ options:
     default: [torch]
   dest: {description: File written., type: path, required: true}
 attributes:
-  check_mode: {support: full, details: Reports whether O(dest) would change.}
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying
+      target.
+    support: full
+    details: Reports whether O(dest) would change.
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """
@@ -45,6 +47,8 @@ EXAMPLES = r"""
 RETURN = r"""
 requirements: {description: The requirements written., type: list, elements: str, returned: success}
 """
+
+from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
