@@ -281,7 +281,8 @@ def _write_all(
                 files[name] = copy_file(src / name, tmp / name)
     elif mode == "convert":
         files["tokenizer.model"] = copy_file(src / "tokenizer.model", tmp / "tokenizer.model")
-        assert tokenizer_files is not None
+        if tokenizer_files is None:
+            raise RuntimeError("tokenizer conversion was not started for tokenizer mode 'convert'")
         for name, data in tokenizer_files.result().items():
             files[name] = write_bytes(tmp / name, data)
     for name in _extra_files(src):
