@@ -18,6 +18,6 @@ if str(COLLECTIONS) not in sys.path:
 # that import fails ("substitute_in_graph expects a function"). Import it first, once, so the
 # order in which pytest collects the test files does not matter.
 with contextlib.suppress(ImportError):  # the unit tests that need torch skip without it
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401  # pylint: disable=unused-import
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
