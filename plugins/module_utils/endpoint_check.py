@@ -118,14 +118,19 @@ def check_models(ep: Endpoint) -> str:
     return f"/v1/models lists {ep._models}; using {model!r}"
 
 
-def check_chat(ep: Endpoint) -> str:
-    model = resolve_model(ep)
-    resp = ep.openai_client().chat.completions.create(
-        model=model,
+def _chat(ep: Endpoint, **extra: Any) -> Any:
+    """The one chat request both chat checks send (plain or streamed)."""
+    return ep.openai_client().chat.completions.create(
+        model=resolve_model(ep),
         messages=[{"role": "user", "content": PROMPT}],
         max_tokens=ep.max_tokens,
         temperature=0,
+        **extra,
     )
+
+
+def check_chat(ep: Endpoint) -> str:
+    resp = _chat(ep)
     if not resp.choices:
         raise CheckFailed("chat completion returned no choices")
     choice = resp.choices[0]
@@ -138,14 +143,7 @@ def check_chat(ep: Endpoint) -> str:
 
 
 def check_chat_stream(ep: Endpoint) -> str:
-    model = resolve_model(ep)
-    stream = ep.openai_client().chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": PROMPT}],
-        max_tokens=ep.max_tokens,
-        temperature=0,
-        stream=True,
-    )
+    stream = _chat(ep, stream=True)
     chunks = 0
     pieces: list[str] = []
     finish: str | None = None
