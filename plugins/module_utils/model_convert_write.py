@@ -1,15 +1,21 @@
 """Streaming safetensors writer for model_convert, and the safe-write helpers.
 
-Tensor bytes go from the source file to the output file in fixed-size chunks (positional reads
-in a reader thread, writes and sha256 in the caller's thread), so memory stays at a few chunk
-buffers whatever the model size. dtype conversion is done chunk by chunk with torch (imported
-lazily). Every output file is hashed while it is written, so the manifest costs no extra read.
+A tensor whose dtype is kept is copied by the kernel, ``copy_file_range(2)`` from its byte range
+in the source file to the output file (as GNU cp does): no tensor byte passes through Python.
+Where the kernel cannot (another filesystem on an old kernel, a non-contiguous view in a .bin)
+or the dtype changes, bytes go in fixed-size chunks (positional reads in a reader thread, dtype
+conversion chunk by chunk with torch, imported lazily), so memory stays at a few chunk buffers
+whatever the model size. Every output file is hashed while it is written, in a helper thread
+that reads back what was just written from the page cache, so the manifest costs no extra disk
+read and hashing costs no wall time on a disk-bound copy.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import mmap
 import os
 import queue
 import shutil
@@ -28,6 +34,11 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io imp
 
 CHUNK = 32 * 1024 * 1024
 PREFETCH = 3
+COPY_STEP = 64 * 1024 * 1024
+# copy_file_range refused for this pair of files: fall back to reads and writes
+_NO_KERNEL_COPY = frozenset(
+    {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
+)
 Progress = Callable[[int, int, str], None]
 
 
@@ -141,33 +152,99 @@ def _prefetch(
                 thread.join(0.05)
 
 
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        import ctypes
+
+        func = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):  # not glibc/Linux
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def start_writeback(fd: int, offset: int, count: int) -> None:
+    """Start writing a range to disk now, without waiting (sync_file_range WRITE).
+
+    The final fsync then has little left to wait for, instead of the whole file: the kernel
+    would otherwise hold gigabytes of dirty pages until its background threshold. Best effort:
+    where the call does not exist nothing happens and fsync does all the work.
+    """
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, count, _SYNC_FILE_RANGE_WRITE)
+
+
 class HashingWriter:
     """A file written once, sha256 computed on the way, fsynced on close.
 
-    With `parallel`, each chunk is hashed in a helper thread while it is written (hashlib and
-    os.write both release the GIL), so hashing costs no wall time on a disk-bound copy.
+    With `parallel`, hashing runs in a helper thread, one step behind the writes (hashlib, os.write,
+    os.pread and copy_file_range all release the GIL), so it costs no wall time on a disk-bound
+    copy. Bytes the kernel copied (`copy_from`) are hashed by reading them back from the output
+    file, which the page cache still holds.
     """
 
     def __init__(self, path: Path, parallel: bool = False) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self.sha = hashlib.sha256()
         self.size = 0
+        self.kernel_copy = True
         self._pool = ThreadPoolExecutor(1, "model_convert-sha") if parallel else None
         self._pending: Future[None] | None = None
 
-    def write(self, data: bytes | memoryview) -> None:
+    def _hash(self, job: Callable[[], None]) -> None:
         if self._pool is None:
-            self.sha.update(data)
-        else:
-            if self._pending is not None:
-                self._pending.result()
-            self._pending = self._pool.submit(self.sha.update, data)
+            job()
+            return
+        if self._pending is not None:
+            self._pending.result()
+        self._pending = self._pool.submit(job)
+
+    def _hash_written(self, start: int, count: int) -> None:
+        """Hash bytes already in the output file through a read-only mapping (no copy)."""
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(self.fd, start + count - base, prot=mmap.PROT_READ, offset=base) as mapped:
+            view = memoryview(mapped)
+            try:
+                self.sha.update(view[start - base :])
+            finally:
+                view.release()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._hash(lambda: self.sha.update(data))
         view = memoryview(data)
         while view:
             written = os.write(self.fd, view)
             view = view[written:]
         self.size += len(data)
+
+    def copy_from(self, src_fd: int, offset: int, count: int) -> Iterator[int]:
+        """Append `count` bytes of src_fd from `offset` with copy_file_range; yield each step.
+
+        Raises OSError with an errno in _NO_KERNEL_COPY before copying anything when the kernel
+        refuses this pair of files (kernel_copy is then False); the caller falls back.
+        """
+        pos, end = offset, offset + count
+        while pos < end:
+            try:
+                got = os.copy_file_range(src_fd, self.fd, min(COPY_STEP, end - pos), pos)
+            except OSError as exc:
+                if exc.errno in _NO_KERNEL_COPY and pos == offset:
+                    self.kernel_copy = False
+                raise
+            if got == 0:
+                return
+            start = self.size
+            self._hash(lambda start=start, got=got: self._hash_written(start, got))
+            start_writeback(self.fd, start, got)
+            self.size += got
+            pos += got
+            yield got
 
     def _drain(self) -> None:
         if self._pending is not None:
@@ -177,14 +254,36 @@ class HashingWriter:
             self._pool.shutdown()
 
     def abort(self) -> None:
-        self._drain()
-        os.close(self.fd)
+        try:
+            self._drain()
+        finally:
+            os.close(self.fd)
 
     def close(self) -> dict[str, Any]:
         self._drain()
         os.fsync(self.fd)
         os.close(self.fd)
         return {"size": self.size, "sha256": self.sha.hexdigest()}
+
+
+def _kernel_copyable(out: HashingWriter, tensor: OutTensor) -> bool:
+    src = tensor.source
+    return out.kernel_copy and src.offset >= 0 and tensor.dtype == src.dtype
+
+
+def _kernel_copy(
+    out: HashingWriter, fds: dict[str, int], tensor: OutTensor, count: Callable[[int], None]
+) -> bool:
+    """Copy a kept-dtype tensor in the kernel; False (nothing written) when the kernel refuses."""
+    src = tensor.source
+    try:
+        for got in out.copy_from(fds[src.file], src.offset, tensor.nbytes):
+            count(got)
+    except OSError as exc:
+        if out.kernel_copy:
+            raise ConvertError(f"{src.file}: tensor {src.name}: copy failed: {exc}") from exc
+        return False
+    return True
 
 
 def write_shard(
@@ -196,19 +295,31 @@ def write_shard(
 ) -> dict[str, Any]:
     """Write one safetensors shard; return its size and sha256."""
     out = HashingWriter(path, parallel=True)
+    written: dict[str, int] = {}
+
+    def count(tensor: OutTensor, nbytes: int) -> None:
+        written[tensor.name] = written.get(tensor.name, 0) + nbytes
+        on_bytes(nbytes, tensor.name)
+
+    def stream(batch: list[OutTensor]) -> None:
+        chunks = ((t, data) for t in batch for data in tensor_chunks(root, fds, t))
+        for tensor, data in _prefetch(chunks):
+            out.write(data)
+            count(tensor, len(data))
+
     try:
         out.write(safetensors_header(tensors, {"format": "pt"}))
-
-        def produce() -> Iterator[tuple[OutTensor, bytes]]:
-            for tensor in tensors:
-                for data in tensor_chunks(root, fds, tensor):
-                    yield tensor, data
-
-        written: dict[str, int] = {}
-        for tensor, data in _prefetch(produce()):
-            out.write(data)
-            written[tensor.name] = written.get(tensor.name, 0) + len(data)
-            on_bytes(len(data), tensor.name)
+        pending: list[OutTensor] = []  # consecutive tensors for the chunked path
+        for tensor in tensors:
+            if _kernel_copyable(out, tensor):
+                if pending:
+                    stream(pending)
+                    pending = []
+                if _kernel_copy(out, fds, tensor, lambda n, t=tensor: count(t, n)):
+                    continue
+            pending.append(tensor)
+        if pending:
+            stream(pending)
         for tensor in tensors:
             if written.get(tensor.name, 0) != tensor.nbytes:
                 raise ConvertError(

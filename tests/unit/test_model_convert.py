@@ -159,6 +159,7 @@ def test_rerun_is_unchanged_without_rehashing(
 
     monkeypatch.setattr(mc, "sha256_file", no_hash)
     monkeypatch.setattr(mcw.HashingWriter, "write", no_hash)
+    monkeypatch.setattr(mcw.HashingWriter, "copy_from", no_hash)
     again = convert(_opts(legacy, dest))
     assert again["changed"] is False
     monkeypatch.undo()
@@ -467,6 +468,47 @@ def test_non_contiguous_tensor_in_bin(tmp_path: Path) -> None:
 
     got = load_file(str(tmp_path / "dest" / "model-00001-of-00001.safetensors"))
     assert torch.equal(got["t"], base.t().contiguous()) and torch.equal(got["s"], base[1:3])
+
+
+def _mixed_checkpoint(src: Path) -> dict[str, torch.Tensor]:
+    """Kept-dtype contiguous tensors around a non-contiguous view: kernel copy and chunked path."""
+    src.mkdir()
+    base = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
+    state = {"a": base[:8].clone(), "t": base.t(), "b": base[8:16].clone(), "c": base[1:3]}
+    torch.save(state, src / "pytorch_model.bin")
+    (src / "config.json").write_text(json.dumps({"architectures": ["Custom"]}))
+    return state
+
+
+@pytest.mark.parametrize("kernel", ["copy_file_range", "refused"])
+def test_kernel_copy_and_fallback_give_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
+) -> None:
+    import errno
+    import hashlib
+
+    state = _mixed_checkpoint(tmp_path / "src")
+    real = mcw.os.copy_file_range
+    calls: list[int] = []
+
+    def copy_file_range(src_fd: int, dst_fd: int, count: int, offset_src: int) -> int:
+        calls.append(count)
+        if kernel == "refused":
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(src_fd, dst_fd, count, offset_src)
+
+    monkeypatch.setattr(mcw.os, "copy_file_range", copy_file_range)
+    dest = tmp_path / "dest"
+    convert(_opts(tmp_path / "src", dest, profile="none", tokenizer="skip"))
+    shard = dest / "model-00001-of-00001.safetensors"
+    from safetensors.torch import load_file
+
+    got = load_file(str(shard))
+    assert all(torch.equal(got[name], value.contiguous()) for name, value in state.items())
+    # the kernel was asked once per kept contiguous tensor (a, b, c); once refused, never again
+    assert len(calls) == (3 if kernel == "copy_file_range" else 1)
+    manifest = json.loads((dest / MANIFEST).read_text())
+    assert manifest["files"][shard.name]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
 
 
 def test_cli_progress_and_errors(legacy: Path, tmp_path: Path) -> None:
