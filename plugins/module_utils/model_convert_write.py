@@ -152,33 +152,6 @@ def _prefetch(
                 thread.join(0.05)
 
 
-def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    try:
-        import ctypes
-
-        func = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (AttributeError, OSError):  # not glibc/Linux
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def start_writeback(fd: int, offset: int, count: int) -> None:
-    """Start writing a range to disk now, without waiting (sync_file_range WRITE).
-
-    The final fsync then has little left to wait for, instead of the whole file: the kernel
-    would otherwise hold gigabytes of dirty pages until its background threshold. Best effort:
-    where the call does not exist nothing happens and fsync does all the work.
-    """
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, count, _SYNC_FILE_RANGE_WRITE)
-
-
 class HashingWriter:
     """A file written once, sha256 computed on the way, fsynced on close.
 
@@ -241,7 +214,6 @@ class HashingWriter:
                 return
             start = self.size
             self._hash(lambda start=start, got=got: self._hash_written(start, got))
-            start_writeback(self.fd, start, got)
             self.size += got
             pos += got
             yield got

@@ -473,8 +473,7 @@ def check_in_subprocess(
     if not lines:
         tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
         raise VllmArgsError(
-            f"the vLLM flag check with {python} failed (exit {run.returncode}): "
-            + " | ".join(tail)
+            f"the vLLM flag check with {python} failed (exit {run.returncode}): " + " | ".join(tail)
         )
     answer = json.loads(lines[-1][len(RESULT_MARKER) :])
     if not answer.get("ok"):

@@ -541,3 +541,30 @@ def test_parse_size() -> None:
     assert parse_size(1000) == 1000
     with pytest.raises(ConvertError, match="max_shard_size"):
         parse_size("lots")
+
+
+def test_prefetch_hints_the_first_weight_bytes_only_when_converting(
+    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_io as mci
+
+    hints: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(
+        mci.os, "posix_fadvise", lambda fd, off, n, adv: hints.append((off, n, adv))
+    )
+    layout = mci.discover(legacy)
+    budget = (legacy / layout.files[0]).stat().st_size + 10
+    mci.prefetch(layout, budget).join()
+    assert [(off, adv) for off, _n, adv in hints] == [(0, mci.os.POSIX_FADV_WILLNEED)] * 2
+    assert hints[1][1] == 10  # the budget ends inside the second file
+    hints.clear()
+    dest = tmp_path / "out"
+    monkeypatch.setattr(mc, "_PREFETCH_BYTES", 1 << 40)
+    # synchronous here, so the counts below cannot race the hint thread
+    monkeypatch.setattr(mc, "prefetch", lambda lay, n: mci.prefetch(lay, n).join())
+    convert(_opts(legacy, dest))
+    first = len(hints)
+    assert first == len(layout.files)  # every file hinted, once
+    convert(_opts(legacy, dest))  # up to date: nothing to read ahead
+    convert(_opts(legacy, tmp_path / "other"), check=True)  # check mode reads no weights
+    assert len(hints) == first
