@@ -26,7 +26,7 @@ UNIT_FILE = "/etc/systemd/system/vllm.service"
 ENV_FILE = "/etc/vllm/vllm.env"
 KEY = "serving-scenario-key-9f3c27d1e8b4"
 BASE_URL = "http://127.0.0.1:18100"
-MODEL = "tiny-llama"
+MODEL = "gptoss-legacy-demo"  # role model demo checkpoint, converted by model_convert
 SCENARIO = Path(__file__).resolve().parents[1]
 
 
@@ -82,7 +82,7 @@ def test_unit_hardening(host):
     exec_start = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     wrapper = "/usr/bin/python3 /usr/local/libexec/instinct-vllm-watchdog "
     assert exec_start.startswith("ExecStart=" + wrapper)
-    assert " -- /opt/vllm/venv/bin/vllm serve /srv/models/tiny-llama " in exec_start
+    assert " -- /opt/vllm/venv/bin/vllm serve /srv/models/demo-gptoss-legacy " in exec_start
     assert "--distributed-executor-backend uni" in exec_start
     assert "api-key" not in exec_start
 
