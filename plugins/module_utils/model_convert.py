@@ -293,13 +293,13 @@ def _write_all(
     return files
 
 
-def _start_prefetch(opts: ConvertOptions, src: Path, dest: Path) -> None:
+def _start_prefetch(src: Path, dest: Path, fingerprint: str, options: dict[str, Any]) -> None:
     """Warm the page cache while torch loads, when a .bin checkpoint is about to be converted."""
     try:
         layout = discover(src)
     except ConvertError:
         return  # make_plan reports it
-    if layout.fmt != "bin" or _up_to_date(dest, _fingerprint(src), opts.manifest_view(), False):
+    if layout.fmt != "bin" or _up_to_date(dest, fingerprint, options, False):
         return
     prefetch(layout, _PREFETCH_BYTES)
 
@@ -310,8 +310,10 @@ def convert(
     """Convert (or, for a native checkpoint, verify) opts.src into opts.dest."""
     started = time.monotonic()
     src, dest = _check_paths(opts)
+    options = opts.manifest_view()
+    fingerprint = _fingerprint(src)  # names, sizes, mtimes: no reading
     if not check:
-        _start_prefetch(opts, src, dest)
+        _start_prefetch(src, dest, fingerprint, options)
     plan, layout, _tensors = make_plan(opts, src)
     result: dict[str, Any] = {
         "changed": False,
@@ -337,8 +339,6 @@ def convert(
             "serves natively: layout verified, nothing converted",
         )
         return result
-    options = opts.manifest_view()
-    fingerprint = _fingerprint(src)
     result.update(
         model_dir=str(dest),
         bytes=plan.total_bytes,
