@@ -133,10 +133,12 @@ def _check_paths(opts: ConvertOptions) -> tuple[Path, Path]:
     return src, dest
 
 
-def make_plan(opts: ConvertOptions, src: Path) -> tuple[Plan, SourceLayout, list[SourceTensor]]:
-    """Read metadata and validate everything; nothing is written."""
+def make_plan(
+    opts: ConvertOptions, src: Path, layout: SourceLayout | None = None
+) -> tuple[Plan, SourceLayout, list[SourceTensor]]:
+    """Read metadata and validate everything; nothing is written (layout: src, discovered)."""
     config = _read_config(src)
-    layout = discover(src)
+    layout = layout or discover(src)
     tensors = list_tensors(layout)
     profile, native = resolve_profile(opts.profile, config, layout.fmt)
     if native:
@@ -293,15 +295,19 @@ def _write_all(
     return files
 
 
-def _start_prefetch(src: Path, dest: Path, fingerprint: str, options: dict[str, Any]) -> None:
-    """Warm the page cache while torch loads, when a .bin checkpoint is about to be converted."""
+def _start_prefetch(
+    src: Path, dest: Path, fingerprint: str, options: dict[str, Any]
+) -> SourceLayout | None:
+    """Warm the page cache while torch loads, when a .bin checkpoint is about to be converted.
+
+    Returns the layout it discovered (None if discovery failed: make_plan reports why)."""
     try:
         layout = discover(src)
     except ConvertError:
-        return  # make_plan reports it
-    if layout.fmt != "bin" or _up_to_date(dest, fingerprint, options, False):
-        return
-    prefetch(layout, _PREFETCH_BYTES)
+        return None
+    if layout.fmt == "bin" and not _up_to_date(dest, fingerprint, options, False):
+        prefetch(layout, _PREFETCH_BYTES)
+    return layout
 
 
 def convert(
@@ -312,9 +318,8 @@ def convert(
     src, dest = _check_paths(opts)
     options = opts.manifest_view()
     fingerprint = _fingerprint(src)  # names, sizes, mtimes: no reading
-    if not check:
-        _start_prefetch(src, dest, fingerprint, options)
-    plan, layout, _tensors = make_plan(opts, src)
+    known = None if check else _start_prefetch(src, dest, fingerprint, options)
+    plan, layout, _tensors = make_plan(opts, src, known)
     result: dict[str, Any] = {
         "changed": False,
         "native": plan.native,
