@@ -1,14 +1,15 @@
 """Source checkpoint readers for model_convert: tensor metadata and byte ranges, never the data.
 
-Importing this file needs only the standard library; reading a `.bin` shard imports torch
-(lazily, inside the functions that need it).
+Importing this file needs only the standard library, and so does reading the usual checkpoints.
 
-A `.bin` shard (zip-format torch pickle) is opened with
-``torch.load(path, mmap=True, weights_only=True, map_location="meta")``: the restricted unpickler
-checks the pickle, and every storage comes back on the meta device carrying its byte offset in
-the file (``_checkpoint_offset``), so no tensor data is read or mapped at all. The converter then
-copies each tensor's bytes with positional reads of the file, tensor by tensor, and the process
-never holds more than a few I/O buffers.
+A `.bin` shard (zip-format torch pickle) is read by model_convert_torchzip: its pickle is loaded
+with an allow-list of the few torch callables a state dict uses (nothing is imported or called
+besides) and each storage's byte offset comes from the zip directory, so no tensor data is read
+or mapped and torch is not imported. Anything else (an old non-zip checkpoint, an unknown pickle
+global) goes to ``torch.load(path, mmap=True, weights_only=True, map_location="meta")``, whose
+storages carry their offset in the file (``_checkpoint_offset``). The converter then copies each
+tensor's bytes from the file, tensor by tensor; the process never holds more than a few I/O
+buffers.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ import os
 import re
 import struct
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.instinct.vllm.plugins.module_utils import (
+    model_convert_torchzip as torchzip,
+)
 
 # torch dtype name -> (safetensors dtype, itemsize)
 TORCH_TO_ST: dict[str, tuple[str, int]] = {
@@ -184,39 +189,90 @@ def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
     return True
 
 
-def bin_tensors(root: Path, rel: str) -> list[SourceTensor]:
-    """Tensor descriptors of one zip-format torch pickle, loaded on the meta device (no data)."""
-    import torch
-
-    path = root / rel
-    try:
-        state = torch.load(path, mmap=True, weights_only=True, map_location="meta")
-    except Exception as exc:
-        raise ConvertError(f"{path}: cannot load torch checkpoint: {exc}") from exc
+def _state_dict(path: Path, state: Any) -> dict[Any, Any]:
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict):
         raise ConvertError(f"{path}: not a state dict (got {type(state).__name__})")
-    size = path.stat().st_size
+    return state
+
+
+def _bin_tensor(
+    path: Path,
+    name: str,
+    dtype: str,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    where: tuple[int, int, int] | None,
+) -> SourceTensor:
+    """One .bin tensor; where = (storage's file offset, element offset in it, storage bytes)."""
+    if dtype not in TORCH_TO_ST:
+        raise ConvertError(f"{path}: tensor {name}: unsupported dtype {dtype}")
+    itemsize = TORCH_TO_ST[dtype][1]
+    nbytes = itemsize
+    for dim in shape:
+        nbytes *= dim
+    offset = -1
+    if where is not None and _is_contiguous(shape, stride):
+        base, element, storage_bytes = where
+        start = element * itemsize
+        if start + nbytes > storage_bytes or base + storage_bytes > path.stat().st_size:
+            raise ConvertError(f"{path}: tensor {name}: data beyond end of file (truncated?)")
+        offset = base + start
+    return SourceTensor(str(name), path.name, dtype, shape, offset, nbytes)
+
+
+def _bin_tensors_zip(path: Path) -> list[SourceTensor]:
+    """Without torch: the allow-listed unpickler of model_convert_torchzip."""
+    state, members = torchzip.read(path, frozenset(TORCH_TO_ST))
     out: list[SourceTensor] = []
-    for name, tensor in state.items():
+    for name, tensor in _state_dict(path, state).items():
+        if not isinstance(tensor, torchzip.LazyTensor):
+            raise ConvertError(f"{path}: entry {name} is not a tensor")
+        member = members.get(tensor.storage.key)
+        if member is None:
+            raise ConvertError(
+                f"{path}: tensor {name}: storage {tensor.storage.key} is not in the archive"
+            )
+        where = (member.offset, tensor.storage_offset, member.size)
+        out.append(_bin_tensor(path, name, tensor.dtype, tensor.shape, tensor.stride, where))
+    return out
+
+
+def _bin_tensors_torch(path: Path) -> list[SourceTensor]:
+    """With torch.load on the meta device (storages carry their offset in the file)."""
+    import torch
+
+    try:
+        state = torch.load(path, mmap=True, weights_only=True, map_location="meta")
+    except Exception as exc:
+        raise ConvertError(f"{path}: cannot load torch checkpoint: {exc}") from exc
+    out: list[SourceTensor] = []
+    for name, tensor in _state_dict(path, state).items():
         if not isinstance(tensor, torch.Tensor):
             raise ConvertError(f"{path}: entry {name} is not a tensor")
+        storage = tensor.untyped_storage()
+        base = getattr(storage, "_checkpoint_offset", None)
+        where = None if base is None else (int(base), tensor.storage_offset(), storage.nbytes())
         dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in TORCH_TO_ST:
-            raise ConvertError(f"{path}: tensor {name}: unsupported dtype {dtype}")
         shape = tuple(int(d) for d in tensor.shape)
-        itemsize = TORCH_TO_ST[dtype][1]
-        nbytes = tensor.numel() * itemsize
-        base = getattr(tensor.untyped_storage(), "_checkpoint_offset", None)
-        offset = -1
-        if base is not None and _is_contiguous(shape, tuple(tensor.stride())):
-            offset = int(base) + tensor.storage_offset() * itemsize
-            if offset + nbytes > size:
-                raise ConvertError(f"{path}: tensor {name}: data beyond end of file (truncated?)")
-        out.append(SourceTensor(str(name), rel, dtype, shape, offset, nbytes))
+        out.append(_bin_tensor(path, name, dtype, shape, tuple(tensor.stride()), where))
     del state
     return out
+
+
+def bin_tensors(root: Path, rel: str) -> list[SourceTensor]:
+    """Tensor descriptors of one zip-format torch pickle (no tensor data is read).
+
+    Read without torch when the checkpoint is the usual zip format (fast, little memory);
+    anything else goes to torch.load.
+    """
+    path = root / rel
+    try:
+        found = _bin_tensors_zip(path)
+    except torchzip.Unsupported:
+        found = _bin_tensors_torch(path)
+    return [replace(t, file=rel) for t in found]
 
 
 def list_tensors(layout: SourceLayout) -> list[SourceTensor]:
