@@ -49,6 +49,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_write 
     DirLock,
     OutTensor,
     Progress,
+    Syncer,
     clean_stale,
     commit,
     copy_file,
@@ -264,10 +265,11 @@ def _write_all(
         for rel in tensors_files:
             fds[rel] = os.open(src / rel, os.O_RDONLY)
         weight_map: dict[str, str] = {}
-        for shard_name, names in zip(plan.shard_names(), plan.shards, strict=True):
-            shard = [out_tensors[n] for n in names]
-            files[shard_name] = write_shard(src, tmp / shard_name, shard, fds, on_bytes)
-            weight_map.update(dict.fromkeys(names, shard_name))
+        with Syncer() as syncer:
+            for shard_name, names in zip(plan.shard_names(), plan.shards, strict=True):
+                shard = [out_tensors[n] for n in names]
+                files[shard_name] = write_shard(src, tmp / shard_name, shard, fds, on_bytes, syncer)
+                weight_map.update(dict.fromkeys(names, shard_name))
     finally:
         for fd in fds.values():
             os.close(fd)

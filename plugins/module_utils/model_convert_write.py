@@ -231,11 +231,54 @@ class HashingWriter:
         finally:
             os.close(self.fd)
 
-    def close(self) -> dict[str, Any]:
+    def digest(self) -> dict[str, Any]:
+        """Wait for the hashing to catch up; the size and sha256 of what was written."""
         self._drain()
-        os.fsync(self.fd)
-        os.close(self.fd)
         return {"size": self.size, "sha256": self.sha.hexdigest()}
+
+    def sync_close(self) -> None:
+        try:
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def close(self) -> dict[str, Any]:
+        info = self.digest()
+        self.sync_close()
+        return info
+
+
+class Syncer:
+    """fsync and close finished shards in a helper thread, one shard's flush under the next's copy.
+
+    `wait` (or leaving the with block) waits for every flush; a failed fsync is a ConvertError
+    naming the file.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, "model_convert-fsync")
+        self._jobs: list[tuple[Path, Future[None]]] = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def submit(self, out: HashingWriter) -> None:
+        self._jobs.append((out.path, self._pool.submit(out.sync_close)))
+
+    def wait(self) -> None:
+        jobs, self._jobs = self._jobs, []
+        for path, job in jobs:
+            try:
+                job.result()
+            except OSError as exc:
+                raise ConvertError(f"{path}: fsync failed: {exc}") from exc
+
+    def __exit__(self, exc_type: object, *_exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.wait()
+        finally:
+            self._pool.shutdown()  # waits for the flushes (and their closes) in any case
 
 
 def _kernel_copyable(out: HashingWriter, tensor: OutTensor) -> bool:
@@ -264,8 +307,9 @@ def write_shard(
     tensors: list[OutTensor],
     fds: dict[str, int],
     on_bytes: Callable[[int, str], None],
+    syncer: Syncer,
 ) -> dict[str, Any]:
-    """Write one safetensors shard; return its size and sha256."""
+    """Write one safetensors shard; return its size and sha256 (syncer flushes it)."""
     out = HashingWriter(path, parallel=True)
     written: dict[str, int] = {}
 
@@ -298,10 +342,12 @@ def write_shard(
                     f"{tensor.source.file}: tensor {tensor.source.name}: read "
                     f"{written.get(tensor.name, 0)} bytes, expected {tensor.nbytes}"
                 )
+        info = out.digest()
     except BaseException:
         out.abort()
         raise
-    return out.close()
+    syncer.submit(out)
+    return info
 
 
 def write_bytes(path: Path, data: bytes) -> dict[str, Any]:

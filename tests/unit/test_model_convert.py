@@ -292,6 +292,28 @@ def test_free_disk_checked(legacy: Path, tmp_path: Path, monkeypatch: pytest.Mon
     assert not (tmp_path / "dest").exists()
 
 
+def test_failed_shard_fsync_is_an_error_naming_the_shard(
+    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards are flushed in a helper thread; its failure still stops the conversion."""
+    real_fsync = mcw.os.fsync
+    flushed: list[str] = []
+
+    def fsync(fd: int) -> None:
+        name = Path(f"/proc/self/fd/{fd}").readlink().name
+        flushed.append(name)
+        if name == "model-00002-of-00012.safetensors":
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(mcw.os, "fsync", fsync)
+    dest = tmp_path / "dest"
+    with pytest.raises(ConvertError, match=r"model-00002-of-00012.safetensors: fsync failed"):
+        convert(_opts(legacy, dest, max_shard_size="40KB"))
+    assert not dest.exists()
+    assert "model-00003-of-00012.safetensors" in flushed  # the next shard was written meanwhile
+
+
 _KILL_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {colls!r})

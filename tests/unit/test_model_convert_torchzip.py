@@ -84,8 +84,9 @@ def test_legacy_checkpoint_read_without_importing_torch(tmp_path: Path) -> None:
         "import sys, json\n"
         f"sys.path.insert(0, {str(COLLECTIONS)!r})\n"
         "from pathlib import Path\n"
-        "from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_io as io\n"
-        f"tensors = io.list_tensors(io.discover(Path({str(src)!r})))\n"
+        "from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_io\n"
+        f"layout = model_convert_io.discover(Path({str(src)!r}))\n"
+        "tensors = model_convert_io.list_tensors(layout)\n"
         "print(json.dumps([len(tensors), 'torch' in sys.modules]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -126,7 +127,7 @@ def test_unknown_pickle_globals_are_refused(
     with pytest.raises(torchzip.Unsupported, match=needle):
         torchzip.read(path, frozenset(io.TORCH_TO_ST))
     # the caller then asks torch.load (weights_only), which refuses too: the error names the file
-    with pytest.raises(ConvertError, match=f"pytorch_model.bin: {fallback}"):
+    with pytest.raises(ConvertError, match=rf"pytorch_model\.bin: {fallback}"):
         io.bin_tensors(tmp_path, "pytorch_model.bin")
 
 
@@ -135,7 +136,7 @@ def test_pre_zip_checkpoint_is_refused_by_both_readers(tmp_path: Path) -> None:
     torch.save({"w": torch.ones(2, 3)}, path, _use_new_zipfile_serialization=False)
     with pytest.raises(torchzip.Unsupported, match="not a zip"):
         torchzip.read(path, frozenset(io.TORCH_TO_ST))
-    with pytest.raises(ConvertError, match="pytorch_model.bin: cannot load torch checkpoint"):
+    with pytest.raises(ConvertError, match=r"pytorch_model\.bin: cannot load torch checkpoint"):
         io.bin_tensors(tmp_path, "pytorch_model.bin")
 
 
