@@ -35,6 +35,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io imp
 CHUNK = 32 * 1024 * 1024
 PREFETCH = 3
 COPY_STEP = 64 * 1024 * 1024
+EARLY_FLUSH = 256 * 1024 * 1024
 # copy_file_range refused for this pair of files: fall back to reads and writes
 _NO_KERNEL_COPY = frozenset(
     {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
@@ -249,20 +250,43 @@ class HashingWriter:
 
 
 class Syncer:
-    """fsync and close finished shards in a helper thread, one shard's flush under the next's copy.
+    """Flush shards to disk in a helper thread, so the copy never waits for the disk's writes.
 
-    `wait` (or leaving the with block) waits for every flush; a failed fsync is a ConvertError
-    naming the file.
+    While a shard is written, every `EARLY_FLUSH` bytes the helper runs fdatasync on it (the copy
+    goes on meanwhile), so the writes go to disk under the reads instead of all at the end; a
+    finished shard is fsynced and closed there too, under the next shard's copy. `wait` (or
+    leaving the with block) waits for every flush; a failed fsync is a ConvertError naming the
+    file (an early flush's failure shows again in that final fsync).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, early: int = EARLY_FLUSH) -> None:
         self._pool = ThreadPoolExecutor(1, "model_convert-fsync")
         self._jobs: list[tuple[Path, Future[None]]] = []
+        self._early = early
+        self._early_job: Future[None] | None = None
+        self._flushed = 0  # bytes of the current shard handed to an early flush
 
     def __enter__(self) -> Self:
         return self
 
+    def wrote(self, out: HashingWriter) -> None:
+        """After each step of a shard: start an early flush when one is due (never blocks)."""
+        if out.size - self._flushed < self._early:
+            return
+        if self._early_job is not None and not self._early_job.done():
+            return
+        self._flushed = out.size
+        self._early_job = self._pool.submit(os.fdatasync, out.fd)
+
+    def settle(self) -> None:
+        """Wait for a pending early flush (before its file is closed by someone else)."""
+        if self._early_job is not None:
+            self._early_job.exception()
+            self._early_job = None
+
     def submit(self, out: HashingWriter) -> None:
+        self._early_job = None
+        self._flushed = 0
         self._jobs.append((out.path, self._pool.submit(out.sync_close)))
 
     def wait(self) -> None:
@@ -316,6 +340,7 @@ def write_shard(
     def count(tensor: OutTensor, nbytes: int) -> None:
         written[tensor.name] = written.get(tensor.name, 0) + nbytes
         on_bytes(nbytes, tensor.name)
+        syncer.wrote(out)
 
     def stream(batch: list[OutTensor]) -> None:
         chunks = ((t, data) for t in batch for data in tensor_chunks(root, fds, t))
@@ -344,6 +369,7 @@ def write_shard(
                 )
         info = out.digest()
     except BaseException:
+        syncer.settle()
         out.abort()
         raise
     syncer.submit(out)
