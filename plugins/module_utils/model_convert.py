@@ -22,6 +22,9 @@ from typing import Any
 from ansible_collections.instinct.vllm.plugins.module_utils import (
     model_convert_tokenizer as tok,
 )
+from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_direct import (
+    open_direct,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io import (
     ST_INDEX,
     ConvertError,
@@ -30,7 +33,6 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io imp
     discover,
     fingerprint_files,
     list_tensors,
-    prefetch,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_plan import (
     DTYPES,
@@ -72,7 +74,6 @@ _SKIP_COPY = re.compile(
 )
 _SPACE_MARGIN = 64 * 1024 * 1024
 # read ahead while torch imports: about what a 2-core machine's disk reads in that time
-_PREFETCH_BYTES = 1024 * 1024 * 1024
 
 
 @dataclass
@@ -87,11 +88,12 @@ class ConvertOptions:
     tokenizer: str = "auto"
     verify: str = "layout"
     force: bool = False
+    direct_io: bool = True  # O_DIRECT for the weights where the filesystems allow it
 
     def manifest_view(self) -> dict[str, Any]:
-        """The options that decide the output bytes (src/dest/force/verify do not)."""
+        """The options that decide the output bytes (src/dest/force/verify/direct_io do not)."""
         data = asdict(self)
-        for key in ("src", "dest", "force", "verify"):
+        for key in ("src", "dest", "force", "verify", "direct_io"):
             data.pop(key)
         data["max_shard_size"] = parse_size(self.max_shard_size)
         return data
@@ -134,12 +136,10 @@ def _check_paths(opts: ConvertOptions) -> tuple[Path, Path]:
     return src, dest
 
 
-def make_plan(
-    opts: ConvertOptions, src: Path, layout: SourceLayout | None = None
-) -> tuple[Plan, SourceLayout, list[SourceTensor]]:
-    """Read metadata and validate everything; nothing is written (layout: src, discovered)."""
+def make_plan(opts: ConvertOptions, src: Path) -> tuple[Plan, SourceLayout, list[SourceTensor]]:
+    """Read metadata and validate everything; nothing is written."""
     config = _read_config(src)
-    layout = layout or discover(src)
+    layout = discover(src)
     tensors = list_tensors(layout)
     profile, native = resolve_profile(opts.profile, config, layout.fmt)
     if native:
@@ -261,18 +261,30 @@ def _write_all(
     )
     pool.shutdown(wait=False)
     fds: dict[str, int] = {}
+    direct: dict[str, int | None] = {}
     try:
         for rel in tensors_files:
             fds[rel] = os.open(src / rel, os.O_RDONLY)
+            direct[rel] = open_direct(src / rel, os.O_RDONLY) if opts.direct_io else None
+        usable = {rel: fd for rel, fd in direct.items() if fd is not None}
         weight_map: dict[str, str] = {}
         with Syncer() as syncer:
             for shard_name, names in zip(plan.shard_names(), plan.shards, strict=True):
                 shard = [out_tensors[n] for n in names]
-                files[shard_name] = write_shard(src, tmp / shard_name, shard, fds, on_bytes, syncer)
+                files[shard_name] = write_shard(
+                    src,
+                    tmp / shard_name,
+                    shard,
+                    fds,
+                    on_bytes,
+                    syncer,
+                    usable if len(usable) == len(fds) else None,
+                )
                 weight_map.update(dict.fromkeys(names, shard_name))
     finally:
-        for fd in fds.values():
-            os.close(fd)
+        for fd in [*fds.values(), *direct.values()]:
+            if fd is not None:
+                os.close(fd)
     index = {
         "metadata": {"total_size": total},
         "weight_map": dict(sorted(weight_map.items())),
@@ -297,21 +309,6 @@ def _write_all(
     return files
 
 
-def _start_prefetch(
-    src: Path, dest: Path, fingerprint: str, options: dict[str, Any]
-) -> SourceLayout | None:
-    """Warm the page cache while torch loads, when a .bin checkpoint is about to be converted.
-
-    Returns the layout it discovered (None if discovery failed: make_plan reports why)."""
-    try:
-        layout = discover(src)
-    except ConvertError:
-        return None
-    if layout.fmt == "bin" and not _up_to_date(dest, fingerprint, options, False):
-        prefetch(layout, _PREFETCH_BYTES)
-    return layout
-
-
 def convert(
     opts: ConvertOptions, progress: Progress | None = None, check: bool = False
 ) -> dict[str, Any]:
@@ -320,8 +317,7 @@ def convert(
     src, dest = _check_paths(opts)
     options = opts.manifest_view()
     fingerprint = _fingerprint(src)  # names, sizes, mtimes: no reading
-    known = None if check else _start_prefetch(src, dest, fingerprint, options)
-    plan, layout, _tensors = make_plan(opts, src, known)
+    plan, layout, _tensors = make_plan(opts, src)
     result: dict[str, Any] = {
         "changed": False,
         "native": plan.native,

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import struct
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -316,35 +315,3 @@ def fingerprint_files(root: Path) -> list[dict[str, Any]]:
                 }
             )
     return entries
-
-
-def prefetch(layout: SourceLayout, budget: int) -> threading.Thread:
-    """Start the kernel reading the first `budget` bytes of the weight files, in the background.
-
-    While torch imports and the plan is made (seconds), the disk would otherwise sit idle; with
-    this hint (posix_fadvise WILLNEED, a thread because the hint can block on a busy queue) the
-    first tensors are in the page cache when the copy starts. Best effort: errors are ignored,
-    the copy reads whatever is not cached.
-    """
-
-    def run() -> None:
-        left = budget
-        for rel in layout.files:
-            if left <= 0:
-                return
-            try:
-                fd = os.open(layout.root / rel, os.O_RDONLY)
-            except OSError:
-                return
-            try:
-                size = os.fstat(fd).st_size
-                os.posix_fadvise(fd, 0, min(size, left), os.POSIX_FADV_WILLNEED)
-                left -= size
-            except OSError:
-                return
-            finally:
-                os.close(fd)
-
-    thread = threading.Thread(target=run, name="model_convert-prefetch", daemon=True)
-    thread.start()
-    return thread

@@ -26,6 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_direct import (
+    ALIGN,
+    BLOCK,
+    DirectWriter,
+    PageCache,
+    buffer,
+    read_range,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io import (
     TORCH_TO_ST,
     ConvertError,
@@ -117,8 +125,8 @@ def tensor_chunks(root: Path, fds: dict[str, int], tensor: OutTensor) -> Iterato
 
 
 def _prefetch(
-    gen: Iterator[tuple[OutTensor, bytes]],
-) -> Iterator[tuple[OutTensor, bytes]]:
+    gen: Iterator[tuple[OutTensor, bytes | memoryview]],
+) -> Iterator[tuple[OutTensor, bytes | memoryview]]:
     """Run the reads in a thread, a few chunks ahead of the writer."""
     q: queue.Queue[Any] = queue.Queue(maxsize=PREFETCH)
     stop = threading.Event()
@@ -161,6 +169,8 @@ class HashingWriter:
     copy. Bytes the kernel copied (`copy_from`) are hashed by reading them back from the output
     file, which the page cache still holds.
     """
+
+    buffered = True  # written through the page cache: Syncer flushes it early
 
     def __init__(self, path: Path, parallel: bool = False) -> None:
         self.path = path
@@ -269,9 +279,9 @@ class Syncer:
     def __enter__(self) -> Self:
         return self
 
-    def wrote(self, out: HashingWriter) -> None:
+    def wrote(self, out: HashingWriter | DirectWriter) -> None:
         """After each step of a shard: start an early flush when one is due (never blocks)."""
-        if out.size - self._flushed < self._early:
+        if not out.buffered or out.size - self._flushed < self._early:
             return
         if self._early_job is not None and not self._early_job.done():
             return
@@ -284,7 +294,7 @@ class Syncer:
             self._early_job.exception()
             self._early_job = None
 
-    def submit(self, out: HashingWriter) -> None:
+    def submit(self, out: HashingWriter | DirectWriter) -> None:
         self._early_job = None
         self._flushed = 0
         self._jobs.append((out.path, self._pool.submit(out.sync_close)))
@@ -303,6 +313,39 @@ class Syncer:
                 self.wait()
         finally:
             self._pool.shutdown()  # waits for the flushes (and their closes) in any case
+
+
+def _direct_chunks(
+    root: Path,
+    fds: dict[str, int],
+    direct: dict[str, int],
+    tensors: list[OutTensor],
+) -> Iterator[tuple[OutTensor, bytes | memoryview]]:
+    """Every tensor's output bytes; kept-dtype contiguous ones read with direct I/O.
+
+    Views point into a ring of PREFETCH + 2 buffers: through _prefetch, at most PREFETCH views
+    wait in its queue and one is being written when the reader fills the next, so a buffer is
+    never refilled while a view of it is still in use.
+    """
+    ring = [buffer(BLOCK + 2 * ALIGN) for _ in range(PREFETCH + 2)]
+    cache = PageCache()
+    turn = 0
+    for tensor in tensors:
+        src = tensor.source
+        if src.offset < 0 or tensor.dtype != src.dtype:
+            for data in tensor_chunks(root, fds, tensor):
+                yield tensor, data
+            continue
+        pos, end = src.offset, src.offset + tensor.nbytes
+        while pos < end:
+            count = min(BLOCK, end - pos)
+            try:
+                view = read_range(fds[src.file], direct[src.file], pos, count, ring[turn], cache)
+            except (ConvertError, OSError) as exc:
+                raise ConvertError(f"{src.file}: tensor {src.name}: read failed: {exc}") from exc
+            turn = (turn + 1) % len(ring)
+            pos += count
+            yield tensor, view
 
 
 def _kernel_copyable(out: HashingWriter, tensor: OutTensor) -> bool:
@@ -325,6 +368,27 @@ def _kernel_copy(
     return True
 
 
+def _write_buffered(
+    out: HashingWriter,
+    tensors: list[OutTensor],
+    fds: dict[str, int],
+    stream: Callable[[list[OutTensor]], None],
+    count: Callable[[OutTensor, int], None],
+) -> None:
+    """Kept contiguous tensors by copy_file_range, runs of the others by the chunked path."""
+    pending: list[OutTensor] = []
+    for tensor in tensors:
+        if _kernel_copyable(out, tensor):
+            if pending:
+                stream(pending)
+                pending = []
+            if _kernel_copy(out, fds, tensor, lambda n, t=tensor: count(t, n)):
+                continue
+        pending.append(tensor)
+    if pending:
+        stream(pending)
+
+
 def write_shard(
     root: Path,
     path: Path,
@@ -332,9 +396,16 @@ def write_shard(
     fds: dict[str, int],
     on_bytes: Callable[[int, str], None],
     syncer: Syncer,
+    direct: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """Write one safetensors shard; return its size and sha256 (syncer flushes it)."""
-    out = HashingWriter(path, parallel=True)
+    """Write one safetensors shard; return its size and sha256 (syncer flushes it).
+
+    With `direct` (O_DIRECT descriptors of the source files), the shard is written with direct
+    I/O when its filesystem allows; otherwise kept tensors are copied by copy_file_range.
+    """
+    out: HashingWriter | DirectWriter | None = DirectWriter.create(path) if direct else None
+    if out is None:
+        out = HashingWriter(path, parallel=True)
     written: dict[str, int] = {}
 
     def count(tensor: OutTensor, nbytes: int) -> None:
@@ -342,25 +413,20 @@ def write_shard(
         on_bytes(nbytes, tensor.name)
         syncer.wrote(out)
 
-    def stream(batch: list[OutTensor]) -> None:
-        chunks = ((t, data) for t in batch for data in tensor_chunks(root, fds, t))
+    def pump(chunks: Iterator[tuple[OutTensor, bytes | memoryview]]) -> None:
         for tensor, data in _prefetch(chunks):
             out.write(data)
             count(tensor, len(data))
 
+    def stream(batch: list[OutTensor]) -> None:
+        pump((t, data) for t in batch for data in tensor_chunks(root, fds, t))
+
     try:
         out.write(safetensors_header(tensors, {"format": "pt"}))
-        pending: list[OutTensor] = []  # consecutive tensors for the chunked path
-        for tensor in tensors:
-            if _kernel_copyable(out, tensor):
-                if pending:
-                    stream(pending)
-                    pending = []
-                if _kernel_copy(out, fds, tensor, lambda n, t=tensor: count(t, n)):
-                    continue
-            pending.append(tensor)
-        if pending:
-            stream(pending)
+        if isinstance(out, DirectWriter):
+            pump(_direct_chunks(root, fds, direct or {}, tensors))
+        else:
+            _write_buffered(out, tensors, fds, stream, count)
         for tensor in tensors:
             if written.get(tensor.name, 0) != tensor.nbytes:
                 raise ConvertError(

@@ -502,8 +502,8 @@ def _mixed_checkpoint(src: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-@pytest.mark.parametrize("kernel", ["copy_file_range", "refused"])
-def test_kernel_copy_and_fallback_give_the_same_bytes(
+@pytest.mark.parametrize("kernel", ["direct", "copy_file_range", "refused"])
+def test_direct_kernel_copy_and_fallback_give_the_same_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str
 ) -> None:
     import errno
@@ -512,6 +512,8 @@ def test_kernel_copy_and_fallback_give_the_same_bytes(
     state = _mixed_checkpoint(tmp_path / "src")
     real = mcw.os.copy_file_range
     calls: list[int] = []
+    reads: list[int] = []
+    real_read = mcw.read_range
 
     def copy_file_range(src_fd: int, dst_fd: int, count: int, offset_src: int) -> int:
         calls.append(count)
@@ -519,18 +521,77 @@ def test_kernel_copy_and_fallback_give_the_same_bytes(
             raise OSError(errno.EXDEV, "Invalid cross-device link")
         return real(src_fd, dst_fd, count, offset_src)
 
+    def read_range(*args: object) -> memoryview:
+        reads.append(1)
+        return real_read(*args)  # type: ignore[arg-type]
+
     monkeypatch.setattr(mcw.os, "copy_file_range", copy_file_range)
+    monkeypatch.setattr(mcw, "read_range", read_range)
     dest = tmp_path / "dest"
-    convert(_opts(tmp_path / "src", dest, profile="none", tokenizer="skip"))
+    opts = _opts(tmp_path / "src", dest, profile="none", tokenizer="skip")
+    opts.direct_io = kernel == "direct"
+    convert(opts)
     shard = dest / "model-00001-of-00001.safetensors"
     from safetensors.torch import load_file
 
     got = load_file(str(shard))
     assert all(torch.equal(got[name], value.contiguous()) for name, value in state.items())
-    # the kernel was asked once per kept contiguous tensor (a, b, c); once refused, never again
-    assert len(calls) == (3 if kernel == "copy_file_range" else 1)
+    if kernel == "direct":  # a, b, c read directly, t (not contiguous) by the chunked path
+        assert (len(reads), calls) == (3, [])
+    else:  # the kernel was asked once per kept contiguous tensor; once refused, never again
+        assert (reads, len(calls)) == ([], 3 if kernel == "copy_file_range" else 1)
     manifest = json.loads((dest / MANIFEST).read_text())
     assert manifest["files"][shard.name]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("cached", [0.0, 1.0])
+def test_direct_io_in_small_blocks_matches_the_buffered_path(
+    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: float
+) -> None:
+    """Tiny blocks: tensors span many blocks, the read ring wraps many times, odd tails."""
+    from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_direct as mcd
+
+    reference = tmp_path / "buffered"
+    opts = _opts(legacy, reference, max_shard_size="40KB")
+    opts.direct_io = False
+    convert(opts)
+    monkeypatch.setattr(mcd, "BLOCK", 3 * 4096)
+    monkeypatch.setattr(mcw, "BLOCK", 5 * 4096 + 512)  # read blocks not a multiple of ALIGN
+    monkeypatch.setattr(mcd.PageCache, "fraction", lambda *_a: cached)
+    writers: list[Path] = []
+    real_create = mcd.DirectWriter.create.__func__  # type: ignore[attr-defined]
+
+    def create(cls: type, path: Path) -> object:
+        writers.append(path)
+        return real_create(cls, path)
+
+    monkeypatch.setattr(mcd.DirectWriter, "create", classmethod(create))
+    dest = tmp_path / "direct"
+    result = convert(_opts(legacy, dest, max_shard_size="40KB"))
+    assert len(writers) == result["shards"] > 1
+    assert cf.tree_bytes(dest) == cf.tree_bytes(reference)
+
+
+def test_direct_io_refused_by_the_filesystem_falls_back(
+    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    real_open = mc.os.open
+
+    def no_direct(path: object, flags: int, *args: object) -> int:
+        if flags & mc.os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mc.os, "open", no_direct)  # the same os module everywhere
+    reference = tmp_path / "reference"
+    opts = _opts(legacy, reference)
+    opts.direct_io = False
+    convert(opts)
+    dest = tmp_path / "dest"
+    assert convert(_opts(legacy, dest))["changed"] is True
+    assert cf.tree_bytes(dest) == cf.tree_bytes(reference)
 
 
 def test_cli_progress_and_errors(legacy: Path, tmp_path: Path) -> None:
@@ -563,30 +624,3 @@ def test_parse_size() -> None:
     assert parse_size(1000) == 1000
     with pytest.raises(ConvertError, match="max_shard_size"):
         parse_size("lots")
-
-
-def test_prefetch_hints_the_first_weight_bytes_only_when_converting(
-    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_io as mci
-
-    hints: list[tuple[int, int, int]] = []
-    monkeypatch.setattr(
-        mci.os, "posix_fadvise", lambda fd, off, n, adv: hints.append((off, n, adv))
-    )
-    layout = mci.discover(legacy)
-    budget = (legacy / layout.files[0]).stat().st_size + 10
-    mci.prefetch(layout, budget).join()
-    assert [(off, adv) for off, _n, adv in hints] == [(0, mci.os.POSIX_FADV_WILLNEED)] * 2
-    assert hints[1][1] == 10  # the budget ends inside the second file
-    hints.clear()
-    dest = tmp_path / "out"
-    monkeypatch.setattr(mc, "_PREFETCH_BYTES", 1 << 40)
-    # synchronous here, so the counts below cannot race the hint thread
-    monkeypatch.setattr(mc, "prefetch", lambda lay, n: mci.prefetch(lay, n).join())
-    convert(_opts(legacy, dest))
-    first = len(hints)
-    assert first == len(layout.files)  # every file hinted, once
-    convert(_opts(legacy, dest))  # up to date: nothing to read ahead
-    convert(_opts(legacy, tmp_path / "other"), check=True)  # check mode reads no weights
-    assert len(hints) == first
