@@ -76,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokenizer", default="auto", choices=["auto", "convert", "copy", "skip"])
     p.add_argument("--verify", default="layout", choices=["none", "layout", "full"])
     p.add_argument("--force", action="store_true", help="convert even when dest is up to date")
+    p.add_argument(
+        "--no-direct-io",
+        dest="direct_io",
+        action="store_false",
+        help="copy through the page cache (copy_file_range) instead of O_DIRECT",
+    )
     p.add_argument("--check", action="store_true", help="plan and validate only, write nothing")
     p.add_argument("--progress", action="store_true", help="progress bar even without a terminal")
     return p.parse_args(argv)
@@ -108,6 +114,7 @@ def options_from_args(args: argparse.Namespace) -> ConvertOptions:
         tokenizer=args.tokenizer,
         verify=args.verify,
         force=args.force,
+        direct_io=args.direct_io,
     )
 
 

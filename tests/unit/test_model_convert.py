@@ -616,6 +616,14 @@ def test_cli_progress_and_errors(legacy: Path, tmp_path: Path) -> None:
     assert proc.returncode == 2 and "config.json: missing" in proc.stderr
 
 
+def test_cli_options_mirror_the_module() -> None:
+    from ansible_collections.instinct.vllm.plugins.module_utils import model_convert_cli as cli
+
+    opts = cli.options_from_args(cli.parse_args(["s", "d", "--no-direct-io", "--force"]))
+    assert (opts.direct_io, opts.force) == (False, True)
+    assert cli.options_from_args(cli.parse_args(["s", "d"])).direct_io is True
+
+
 def test_parse_size() -> None:
     from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_plan import parse_size
 
