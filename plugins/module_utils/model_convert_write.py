@@ -1,13 +1,14 @@
 """Streaming safetensors writer for model_convert, and the safe-write helpers.
 
-A tensor whose dtype is kept is copied by the kernel, ``copy_file_range(2)`` from its byte range
-in the source file to the output file (as GNU cp does): no tensor byte passes through Python.
-Where the kernel cannot (another filesystem on an old kernel, a non-contiguous view in a .bin)
-or the dtype changes, bytes go in fixed-size chunks (positional reads in a reader thread, dtype
-conversion chunk by chunk with torch, imported lazily), so memory stays at a few chunk buffers
-whatever the model size. Every output file is hashed while it is written, in a helper thread
-that reads back what was just written from the page cache, so the manifest costs no extra disk
-read and hashing costs no wall time on a disk-bound copy.
+Where the filesystems allow O_DIRECT (the default), a tensor whose dtype is kept is read with
+direct I/O into a ring of aligned buffers and the shard is written with direct I/O
+(model_convert_direct), hashed from the same buffers. Otherwise such a tensor is copied by the
+kernel, ``copy_file_range(2)`` from its byte range in the source file to the output file (as GNU
+cp does), and the output is hashed by reading back what was just written from the page cache,
+in a helper thread. A dtype change or a non-contiguous view in a .bin goes in fixed-size chunks
+(positional reads in a reader thread, dtype conversion chunk by chunk with torch, imported
+lazily). Either way memory stays at a few buffers whatever the model size, and finished shards
+are fsynced in a helper thread under the next shard's copy.
 """
 
 from __future__ import annotations
