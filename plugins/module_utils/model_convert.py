@@ -56,6 +56,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_write 
     commit,
     copy_file,
     partial_dir,
+    quick_gil_handover,
     sha256_file,
     write_bytes,
     write_json,
@@ -374,7 +375,8 @@ def convert(
         clean_stale(dest)
         tmp = partial_dir(dest)
         tmp.mkdir()
-        files = _write_all(opts, plan, src, tmp, list(layout.files), progress)
+        with quick_gil_handover():
+            files = _write_all(opts, plan, src, tmp, list(layout.files), progress)
         manifest = {
             "tool": TOOL,
             "tool_version": TOOL_VERSION,

@@ -20,9 +20,11 @@ import mmap
 import os
 import queue
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -45,6 +47,7 @@ CHUNK = 32 * 1024 * 1024
 PREFETCH = 3
 COPY_STEP = 64 * 1024 * 1024
 EARLY_FLUSH = 256 * 1024 * 1024
+SWITCH_INTERVAL = 0.0005  # s, see quick_gil_handover
 # copy_file_range refused for this pair of files: fall back to reads and writes
 _NO_KERNEL_COPY = frozenset(
     {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EPERM}
@@ -347,6 +350,23 @@ def _direct_chunks(
             turn = (turn + 1) % len(ring)
             pos += count
             yield tensor, view
+
+
+@contextmanager
+def quick_gil_handover(interval: float = SWITCH_INTERVAL) -> Iterator[None]:
+    """Let threads hand the GIL over every `interval` s (Python's default: 5 ms) for a while.
+
+    The copy's reader, writer and main threads each need the GIL briefly per block; while the
+    tokenizer thread imports transformers (a second or two of pure Python) every such hand-over
+    otherwise waits out the full switch interval. Measured on 4 GB cold, 8 runs each: median
+    10.2 s with 0.5 ms against 10.95 s with 5 ms. The old interval is restored afterwards.
+    """
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(min(old, interval))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
 
 
 def _kernel_copyable(out: HashingWriter, tensor: OutTensor) -> bool:

@@ -632,3 +632,20 @@ def test_parse_size() -> None:
     assert parse_size(1000) == 1000
     with pytest.raises(ConvertError, match="max_shard_size"):
         parse_size("lots")
+
+
+def test_gil_handover_interval_is_restored(
+    legacy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[float] = []
+    real = mc._write_all
+
+    def spy(*args: object) -> object:
+        seen.append(sys.getswitchinterval())
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mc, "_write_all", spy)
+    before = sys.getswitchinterval()
+    convert(_opts(legacy, tmp_path / "dest"))
+    assert seen == [min(before, mcw.SWITCH_INTERVAL)]
+    assert sys.getswitchinterval() == before
