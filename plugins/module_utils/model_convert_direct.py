@@ -104,19 +104,48 @@ def read_range(
     return view[offset - start : offset - start + count]
 
 
-class DirectWriter:
-    """A file written once with O_DIRECT from DEPTH aligned buffers; sha256 in the writer thread.
+class OutputFile:
+    """A file written once: its size and sha256 so far; `digest`, then `sync_close` or `abort`.
 
-    Same interface as model_convert_write.HashingWriter (write, digest, sync_close, abort).
+    Subclasses write (`write`) and wait for their helper threads in `_settle`.
     """
 
-    buffered = False  # nothing waits in the page cache: no early flushes needed
+    buffered = True  # bytes wait in the page cache (Syncer may flush them early)
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self.fd = fd
         self.size = 0
         self.sha = hashlib.sha256()
+
+    def _settle(self) -> None:
+        """Wait for whatever is still being written or hashed."""
+
+    def digest(self) -> dict[str, Any]:
+        """The size and sha256 of the file, once everything is written and hashed."""
+        self._settle()
+        return {"size": self.size, "sha256": self.sha.hexdigest()}
+
+    def sync_close(self) -> None:
+        try:
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+
+    def abort(self) -> None:
+        try:
+            self._settle()
+        finally:
+            os.close(self.fd)
+
+
+class DirectWriter(OutputFile):
+    """A file written once with O_DIRECT from DEPTH aligned buffers; sha256 in the writer thread."""
+
+    buffered = False  # nothing waits in the page cache: no early flushes needed
+
+    def __init__(self, path: Path, fd: int) -> None:
+        super().__init__(path, fd)
         self._free: queue.Queue[mmap.mmap] = queue.Queue()
         for _ in range(DEPTH):
             self._free.put(buffer(BLOCK))
@@ -176,7 +205,8 @@ class DirectWriter:
                 self._fill = 0
                 self._buf = self._take()
 
-    def _finish(self) -> None:
+    def _settle(self) -> None:
+        """Hand over the last, partial buffer and wait for the writer thread."""
         if self._done:
             return
         self._done = True
@@ -186,21 +216,8 @@ class DirectWriter:
         self._thread.join()
 
     def digest(self) -> dict[str, Any]:
-        """Write what is left, wait for the writer; the size and sha256 of the file."""
-        self._finish()
+        info = super().digest()
         if self._error is not None:
             raise ConvertError(f"{self.path}: write failed: {self._error}") from self._error
-        os.ftruncate(self.fd, self.size)
-        return {"size": self.size, "sha256": self.sha.hexdigest()}
-
-    def sync_close(self) -> None:
-        try:
-            os.fsync(self.fd)
-        finally:
-            os.close(self.fd)
-
-    def abort(self) -> None:
-        try:
-            self._finish()
-        finally:
-            os.close(self.fd)
+        os.ftruncate(self.fd, self.size)  # the last block was written padded
+        return info

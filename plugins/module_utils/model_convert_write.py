@@ -33,6 +33,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_direct
     ALIGN,
     BLOCK,
     DirectWriter,
+    OutputFile,
     PageCache,
     buffer,
     read_range,
@@ -165,8 +166,8 @@ def _prefetch(
                 thread.join(0.05)
 
 
-class HashingWriter:
-    """A file written once, sha256 computed on the way, fsynced on close.
+class HashingWriter(OutputFile):
+    """A file written once through the page cache, sha256 computed on the way.
 
     With `parallel`, hashing runs in a helper thread, one step behind the writes (hashlib, os.write,
     os.pread and copy_file_range all release the GIL), so it costs no wall time on a disk-bound
@@ -174,13 +175,8 @@ class HashingWriter:
     file, which the page cache still holds.
     """
 
-    buffered = True  # written through the page cache: Syncer flushes it early
-
     def __init__(self, path: Path, parallel: bool = False) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        self.sha = hashlib.sha256()
-        self.size = 0
+        super().__init__(path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644))
         self.kernel_copy = True
         self._pool = ThreadPoolExecutor(1, "model_convert-sha") if parallel else None
         self._pending: Future[None] | None = None
@@ -233,29 +229,13 @@ class HashingWriter:
             pos += got
             yield got
 
-    def _drain(self) -> None:
+    def _settle(self) -> None:
+        """Wait for the hashing to catch up."""
         if self._pending is not None:
             self._pending.result()
             self._pending = None
         if self._pool is not None:
             self._pool.shutdown()
-
-    def abort(self) -> None:
-        try:
-            self._drain()
-        finally:
-            os.close(self.fd)
-
-    def digest(self) -> dict[str, Any]:
-        """Wait for the hashing to catch up; the size and sha256 of what was written."""
-        self._drain()
-        return {"size": self.size, "sha256": self.sha.hexdigest()}
-
-    def sync_close(self) -> None:
-        try:
-            os.fsync(self.fd)
-        finally:
-            os.close(self.fd)
 
     def close(self) -> dict[str, Any]:
         info = self.digest()
@@ -283,7 +263,7 @@ class Syncer:
     def __enter__(self) -> Self:
         return self
 
-    def wrote(self, out: HashingWriter | DirectWriter) -> None:
+    def wrote(self, out: OutputFile) -> None:
         """After each step of a shard: start an early flush when one is due (never blocks)."""
         if not out.buffered or out.size - self._flushed < self._early:
             return
@@ -298,7 +278,7 @@ class Syncer:
             self._early_job.exception()
             self._early_job = None
 
-    def submit(self, out: HashingWriter | DirectWriter) -> None:
+    def submit(self, out: OutputFile) -> None:
         self._early_job = None
         self._flushed = 0
         self._jobs.append((out.path, self._pool.submit(out.sync_close)))
