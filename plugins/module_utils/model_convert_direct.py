@@ -50,6 +50,14 @@ def open_direct(path: Path, flags: int, mode: int = 0o644) -> int | None:
         raise
 
 
+def failure(what: str, exc: BaseException) -> ConvertError:
+    """The error for a failed direct read or write; EINVAL gets the way around it."""
+    hint = ""
+    if isinstance(exc, OSError) and exc.errno == errno.EINVAL:
+        hint = " (this filesystem or disk does not take direct I/O here: set direct_io: false)"
+    return ConvertError(f"{what} failed: {exc}{hint}")
+
+
 def buffer(size: int) -> mmap.mmap:
     """An anonymous mapping: page-aligned, as O_DIRECT wants."""
     return mmap.mmap(-1, size)
@@ -147,7 +155,7 @@ class DirectWriter(OutputFile):
     def __init__(self, path: Path, fd: int) -> None:
         super().__init__(path, fd)
         self._free: queue.Queue[mmap.mmap] = queue.Queue()
-        for _ in range(DEPTH):
+        for _slot in range(DEPTH):
             self._free.put(buffer(BLOCK))
         self._full: queue.Queue[tuple[mmap.mmap, int, int] | None] = queue.Queue()
         self._error: BaseException | None = None
@@ -166,7 +174,7 @@ class DirectWriter(OutputFile):
     def _take(self) -> mmap.mmap:
         buf = self._free.get()
         if self._error is not None:
-            raise ConvertError(f"{self.path}: write failed: {self._error}") from self._error
+            raise failure(f"{self.path}: write", self._error) from self._error
         return buf
 
     def _run(self) -> None:
@@ -218,6 +226,6 @@ class DirectWriter(OutputFile):
     def digest(self) -> dict[str, Any]:
         info = super().digest()
         if self._error is not None:
-            raise ConvertError(f"{self.path}: write failed: {self._error}") from self._error
+            raise failure(f"{self.path}: write", self._error) from self._error
         os.ftruncate(self.fd, self.size)  # the last block was written padded
         return info

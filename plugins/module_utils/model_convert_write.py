@@ -36,6 +36,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_direct
     OutputFile,
     PageCache,
     buffer,
+    failure,
     read_range,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_io import (
@@ -311,7 +312,7 @@ def _direct_chunks(
     wait in its queue and one is being written when the reader fills the next, so a buffer is
     never refilled while a view of it is still in use.
     """
-    ring = [buffer(BLOCK + 2 * ALIGN) for _ in range(PREFETCH + 2)]
+    ring = [buffer(BLOCK + 2 * ALIGN) for _slot in range(PREFETCH + 2)]
     cache = PageCache()
     turn = 0
     for tensor in tensors:
@@ -326,7 +327,7 @@ def _direct_chunks(
             try:
                 view = read_range(fds[src.file], direct[src.file], pos, count, ring[turn], cache)
             except (ConvertError, OSError) as exc:
-                raise ConvertError(f"{src.file}: tensor {src.name}: read failed: {exc}") from exc
+                raise failure(f"{src.file}: tensor {src.name}: read", exc) from exc
             turn = (turn + 1) % len(ring)
             pos += count
             yield tensor, view

@@ -93,7 +93,23 @@ def test_direct_writer_reports_a_failed_write(
 
     monkeypatch.setattr(mcd.os, "pwrite", full)
     with pytest.raises(ConvertError, match=r"out: write failed: .*No space left"):
-        for _ in range(mcd.DEPTH + 2):  # the writer fails; a later buffer hand-over reports it
+        for _block in range(mcd.DEPTH + 2):  # the writer fails; a later buffer hand-over reports it
             out.write(b"x" * mcd.ALIGN)
+        out.digest()
+    out.abort()
+
+
+def test_einval_from_direct_io_names_the_way_around_it(
+    direct_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = mcd.DirectWriter.create(direct_dir / "out")
+    assert out is not None
+
+    def refused(*_a: object) -> int:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(mcd.os, "pwrite", refused)
+    out.write(b"x" * 10)
+    with pytest.raises(ConvertError, match=r"out: write failed: .* set direct_io: false"):
         out.digest()
     out.abort()
