@@ -239,8 +239,9 @@ def _write_all(
     tmp: Path,
     tensors_files: list[str],
     progress: Progress | None,
+    paths: set[str],
 ) -> dict[str, dict[str, Any]]:
-    """Write every output file into tmp; return {file: {size, sha256}}."""
+    """Write every output file into tmp; return {file: {size, sha256}} (paths: see write_shard)."""
     files: dict[str, dict[str, Any]] = {}
     out_tensors = {t: OutTensor(s, t, plan.out_dtype[t]) for s, t in plan.mapping}
     total, done = plan.total_bytes, 0
@@ -280,6 +281,7 @@ def _write_all(
                     on_bytes,
                     syncer,
                     usable if len(usable) == len(fds) else None,
+                    paths,
                 )
                 weight_map.update(dict.fromkeys(names, shard_name))
     finally:
@@ -371,12 +373,13 @@ def convert(
     if check:
         result.update(files=plan.shard_names(), msg=f"would convert {src} into {dest}")
         return result
+    paths: set[str] = set()
     with DirLock(dest):
         clean_stale(dest)
         tmp = partial_dir(dest)
         tmp.mkdir()
         with quick_gil_handover():
-            files = _write_all(opts, plan, src, tmp, list(layout.files), progress)
+            files = _write_all(opts, plan, src, tmp, list(layout.files), progress, paths)
         manifest = {
             "tool": TOOL,
             "tool_version": TOOL_VERSION,
@@ -399,6 +402,7 @@ def convert(
         files=[*sorted(files), MANIFEST],
         seconds=round(seconds, 3),
         throughput_mb_s=round(plan.total_bytes / 1e6 / seconds, 1) if seconds > 0 else 0.0,
+        io="mixed" if len(paths) > 1 else next(iter(paths), "none"),
         msg=f"converted {src} into {dest}",
     )
     if opts.verify == "full" and not _up_to_date(dest, fingerprint, options, True):

@@ -399,15 +399,19 @@ def write_shard(
     on_bytes: Callable[[int, str], None],
     syncer: Syncer,
     direct: dict[str, int] | None = None,
+    paths: set[str] | None = None,
 ) -> dict[str, Any]:
     """Write one safetensors shard; return its size and sha256 (syncer flushes it).
 
     With `direct` (O_DIRECT descriptors of the source files), the shard is written with direct
     I/O when its filesystem allows; otherwise kept tensors are copied by copy_file_range.
+    `paths` gets "direct" or "page cache", the way this shard went.
     """
     out: HashingWriter | DirectWriter | None = DirectWriter.create(path) if direct else None
     if out is None:
         out = HashingWriter(path, parallel=True)
+    if paths is not None:
+        paths.add("page cache" if out.buffered else "direct")
     written: dict[str, int] = {}
 
     def count(tensor: OutTensor, nbytes: int) -> None:

@@ -198,6 +198,15 @@ throughput_mb_s:
   description: Tensor MB (10^6 bytes) written per second.
   returned: always
   type: float
+io:
+  description:
+    - How the weights were copied. C(direct) - with direct I/O (C(O_DIRECT)); C(page cache) -
+      through the page cache (C(copy_file_range), or reads and writes), because
+      O(direct_io=false) or a filesystem refused C(O_DIRECT); C(mixed) - some shards each way;
+      C(none) - no weights to copy.
+  returned: when changed and not check mode
+  type: str
+  sample: direct
 progress:
   description: Progress snapshots (percent, GB done) taken at every 10 percent.
   returned: when changed and not check mode

@@ -530,7 +530,7 @@ def test_direct_kernel_copy_and_fallback_give_the_same_bytes(
     dest = tmp_path / "dest"
     opts = _opts(tmp_path / "src", dest, profile="none", tokenizer="skip")
     opts.direct_io = kernel == "direct"
-    convert(opts)
+    assert convert(opts)["io"] == ("direct" if kernel == "direct" else "page cache")
     shard = dest / "model-00001-of-00001.safetensors"
     from safetensors.torch import load_file
 
@@ -590,7 +590,8 @@ def test_direct_io_refused_by_the_filesystem_falls_back(
     opts.direct_io = False
     convert(opts)
     dest = tmp_path / "dest"
-    assert convert(_opts(legacy, dest))["changed"] is True
+    result = convert(_opts(legacy, dest))
+    assert (result["changed"], result["io"]) == (True, "page cache")
     assert cf.tree_bytes(dest) == cf.tree_bytes(reference)
 
 
