@@ -74,7 +74,6 @@ _SKIP_COPY = re.compile(
     r"^generation_config\.json$)"
 )
 _SPACE_MARGIN = 64 * 1024 * 1024
-# read ahead while torch imports: about what a 2-core machine's disk reads in that time
 
 
 @dataclass
