@@ -18,7 +18,7 @@ import json
 import os
 import re
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +198,7 @@ def _state_dict(path: Path, state: Any) -> dict[Any, Any]:
 
 def _bin_tensor(
     path: Path,
+    rel: str,
     name: str,
     dtype: str,
     shape: tuple[int, ...],
@@ -218,11 +219,12 @@ def _bin_tensor(
         if start + nbytes > storage_bytes or base + storage_bytes > path.stat().st_size:
             raise ConvertError(f"{path}: tensor {name}: data beyond end of file (truncated?)")
         offset = base + start
-    return SourceTensor(str(name), path.name, dtype, shape, offset, nbytes)
+    return SourceTensor(str(name), rel, dtype, shape, offset, nbytes)
 
 
-def _bin_tensors_zip(path: Path) -> list[SourceTensor]:
+def _bin_tensors_zip(root: Path, rel: str) -> list[SourceTensor]:
     """Without torch: the allow-listed unpickler of model_convert_torchzip."""
+    path = root / rel
     state, members = torchzip.read(path, frozenset(TORCH_TO_ST))
     out: list[SourceTensor] = []
     for name, tensor in _state_dict(path, state).items():
@@ -234,14 +236,15 @@ def _bin_tensors_zip(path: Path) -> list[SourceTensor]:
                 f"{path}: tensor {name}: storage {tensor.storage.key} is not in the archive"
             )
         where = (member.offset, tensor.storage_offset, member.size)
-        out.append(_bin_tensor(path, name, tensor.dtype, tensor.shape, tensor.stride, where))
+        out.append(_bin_tensor(path, rel, name, tensor.dtype, tensor.shape, tensor.stride, where))
     return out
 
 
-def _bin_tensors_torch(path: Path) -> list[SourceTensor]:
+def _bin_tensors_torch(root: Path, rel: str) -> list[SourceTensor]:
     """With torch.load on the meta device (storages carry their offset in the file)."""
     import torch
 
+    path = root / rel
     try:
         state = torch.load(path, mmap=True, weights_only=True, map_location="meta")
     except Exception as exc:
@@ -255,7 +258,7 @@ def _bin_tensors_torch(path: Path) -> list[SourceTensor]:
         where = None if base is None else (int(base), tensor.storage_offset(), storage.nbytes())
         dtype = str(tensor.dtype).removeprefix("torch.")
         shape = tuple(int(d) for d in tensor.shape)
-        out.append(_bin_tensor(path, name, dtype, shape, tuple(tensor.stride()), where))
+        out.append(_bin_tensor(path, rel, name, dtype, shape, tuple(tensor.stride()), where))
     del state
     return out
 
@@ -266,12 +269,10 @@ def bin_tensors(root: Path, rel: str) -> list[SourceTensor]:
     Read without torch when the checkpoint is the usual zip format (fast, little memory);
     anything else goes to torch.load.
     """
-    path = root / rel
     try:
-        found = _bin_tensors_zip(path)
+        return _bin_tensors_zip(root, rel)
     except torchzip.Unsupported:
-        found = _bin_tensors_torch(path)
-    return [replace(t, file=rel) for t in found]
+        return _bin_tensors_torch(root, rel)
 
 
 def list_tensors(layout: SourceLayout) -> list[SourceTensor]:

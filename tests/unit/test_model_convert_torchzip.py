@@ -55,8 +55,8 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_reader_agrees_with_torch_load(mixed: Path) -> None:
     path = mixed / "pytorch_model.bin"
-    fast = io._bin_tensors_zip(path)
-    slow = io._bin_tensors_torch(path)
+    fast = io._bin_tensors_zip(mixed, path.name)
+    slow = io._bin_tensors_torch(mixed, path.name)
     assert fast == slow
     by_name = {t.name: t for t in fast}
     assert by_name["transposed"].offset == -1
@@ -149,4 +149,4 @@ def test_storage_shorter_than_tensor_is_an_error(tmp_path: Path) -> None:
         for info, data in items:
             archive.writestr(info, data[:8] if "/data/" in info.filename else data)
     with pytest.raises(ConvertError, match="tensor w: data beyond end of file"):
-        io._bin_tensors_zip(path)
+        io._bin_tensors_zip(tmp_path, path.name)
