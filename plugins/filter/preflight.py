@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.instinct.vllm.plugins.module_utils import preflight as pf
-from ansible_collections.instinct.vllm.plugins.module_utils.stack_matrix import StackError
+from ansible_collections.instinct.vllm.plugins.plugin_utils import preflight as pf
+from ansible_collections.instinct.vllm.plugins.plugin_utils.stack_matrix import StackError
 
 
 def preflight_evaluate(

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.instinct.vllm.plugins.module_utils import stack_matrix as sm
+from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 
 
 def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -33,7 +33,7 @@ description:
     sentencepiece, tokenizers and protobuf (set C(ansible_python_interpreter) on the task, for
     example to the vLLM venv's python).
   - Outside Ansible, the same code runs as
-    C(python -m ansible_collections.instinct.vllm.plugins.module_utils.model_convert_cli SRC DEST)
+    C(python -m ansible_collections.instinct.vllm.plugins.module_utils._model_convert.cli SRC DEST)
     or C(files/model-convert SRC DEST) (see docs/model-conversion.md).
 author:
   - instinct.vllm maintainers (@instinct-vllm)
@@ -215,7 +215,7 @@ progress:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils.model_convert import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (  # noqa: E402
     ConvertError,
     ConvertOptions,
     convert,

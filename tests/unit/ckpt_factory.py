@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ansible_collections.instinct.vllm.plugins.module_utils.model_convert_demo import (
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.demo import (
     LegacySpec,
     make_legacy_checkpoint,
 )

@@ -1,0 +1,354 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Collect AMD Instinct GPU facts: PCI, rocminfo, amd-smi / rocm-smi, amdgpu driver state.
+
+Standard library only. :func:`collect` takes the tool paths (None when a tool is absent) and a
+``run`` callable (the module passes ``AnsibleModule.run_command``; tests pass fixtures), so the
+logic runs without Ansible. It only reads: commands that print state, files under /sys, /dev,
+/etc/modprobe.d and the ROCm prefix.
+
+Before ROCm is installed only PCI (and driver) facts exist; afterwards the agents from
+rocminfo and the amd-smi data are merged into the PCI devices by bus address.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.driver import (
+    SECURE_BOOT_VAR,
+    driver_state,
+    find_blacklist,
+    parse_dkms_status,
+    secure_boot_state,
+)
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.pci import (
+    parse_lspci,
+    short_bdf,
+)
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.rocm import (
+    parse_amd_smi_static,
+    parse_amd_smi_version,
+    parse_rocm_smi,
+    parse_rocminfo,
+)
+
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+SOURCES: tuple[str, ...] = ("pci", "rocminfo", "amd_smi", "rocm_smi", "driver")
+TOOLS: dict[str, str] = {
+    "lspci": "lspci",
+    "rocminfo": "rocminfo",
+    "amd_smi": "amd-smi",
+    "rocm_smi": "rocm-smi",
+    "lsmod": "lsmod",
+    "dkms": "dkms",
+    "mokutil": "mokutil",
+}
+LSPCI_ARGS: tuple[str, ...] = ("-D", "-nn", "-k", "-d", "1002:")
+
+
+def _gpu_from_pci(dev: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "bdf": dev["bdf"],
+        "product": dev["product"],
+        "device_id": dev["device_id"],
+        "arch": dev["arch"],
+        "family": dev["family"],
+        "vf": dev["vf"],
+        "marketing_name": None,
+        "compute_units": None,
+        "vram_gib": None,
+        "uuid": None,
+        "node": None,
+        "driver_in_use": dev["driver_in_use"],
+        "partitions": 0,
+        "sources": ["pci"],
+    }
+
+
+def _empty_gpu(bdf: str | None) -> dict[str, Any]:
+    gpu = _gpu_from_pci(
+        {
+            "bdf": bdf,
+            "product": None,
+            "device_id": None,
+            "arch": None,
+            "family": None,
+            "vf": False,
+            "driver_in_use": None,
+        }
+    )
+    gpu["sources"] = []
+    return gpu
+
+
+def _fill(gpu: dict[str, Any], key: str, value: Any, override: bool = False) -> None:
+    if value is not None and (override or gpu.get(key) is None):
+        gpu[key] = value
+
+
+def merge_gpus(
+    pci: list[dict[str, Any]],
+    agents: list[dict[str, Any]],
+    smi: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One entry per GPU (by bus address); returns ``(gpus, unmatched_agents)``.
+
+    With PCI data, PCI devices are the GPUs and agents/amd-smi entries are matched to them; an
+    agent on an address PCI did not list is returned as unmatched. Without PCI data (tool
+    missing or no AMD device visible, e.g. in a container), the agents and amd-smi entries
+    define the GPUs. Several agents on one address (compute partitions) count as partitions.
+    """
+    gpus: dict[str, dict[str, Any]] = {}
+    for dev in pci:
+        gpus.setdefault(short_bdf(dev["bdf"]), _gpu_from_pci(dev))
+    have_pci = bool(gpus)
+    unmatched: list[dict[str, Any]] = []
+    for index, agent in enumerate(agents):
+        key = agent.get("bdf") or f"agent-{index}"
+        gpu = gpus.get(key)
+        if gpu is None:
+            if have_pci:
+                unmatched.append(agent)
+                continue
+            gpu = gpus[key] = _empty_gpu(f"0000:{agent['bdf']}" if agent.get("bdf") else None)
+        gpu["partitions"] += 1
+        if "rocminfo" not in gpu["sources"]:
+            gpu["sources"].append("rocminfo")
+        _fill(gpu, "arch", agent.get("arch"), override=True)
+        _fill(gpu, "marketing_name", agent.get("marketing_name"))
+        _fill(gpu, "compute_units", agent.get("compute_units"))
+        _fill(gpu, "vram_gib", agent.get("vram_gib"))
+        _fill(gpu, "uuid", agent.get("uuid"))
+        _fill(gpu, "node", agent.get("node"))
+        _fill(gpu, "device_id", agent.get("chip_id"))
+        _fill(gpu, "product", agent.get("product"))
+    for entry in smi:
+        key = short_bdf(entry["bdf"]) if entry.get("bdf") else None
+        gpu = gpus.get(key) if key else None
+        if gpu is None:
+            if have_pci or key is None:
+                continue
+            gpu = gpus[key] = _empty_gpu(entry["bdf"])
+        if "amd_smi" not in gpu["sources"]:
+            gpu["sources"].append("amd_smi")
+        _fill(gpu, "arch", entry.get("arch"))
+        _fill(gpu, "marketing_name", entry.get("market_name"))
+        _fill(gpu, "compute_units", entry.get("compute_units"))
+        _fill(gpu, "vram_gib", entry.get("vram_gib"))
+        _fill(gpu, "device_id", entry.get("device_id"))
+        _fill(gpu, "product", entry.get("product"))
+    return list(gpus.values()), unmatched
+
+
+def _run(run: Runner, argv: list[str]) -> tuple[int, str]:
+    """Run a read-only command; stdout and stderr together (tools print errors on either)."""
+    try:
+        rc, out, err = run(argv)
+    except OSError as exc:
+        return 127, str(exc)
+    joined = "\n".join(part for part in (out, err) if part)
+    return rc, joined
+
+
+def _output(run: Runner, argv: list[str]) -> str:
+    """Like :func:`_run` for callers that judge the text, not the exit code."""
+    return _run(run, argv)[1]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def collect(
+    tools: dict[str, str | None],
+    run: Runner,
+    sources: Iterable[str] = SOURCES,
+    sys_module_dir: str = "/sys/module",
+    modprobe_dir: str = "/etc/modprobe.d",
+    dev_dir: str = "/dev",
+    rocm_path: str = "/opt/rocm",
+    efivars_dir: str = "/sys/firmware/efi/efivars",
+) -> dict[str, Any]:
+    """All GPU facts. ``tools`` maps the keys of :data:`TOOLS` to a path or None."""
+    wanted = set(sources)
+    problems: list[str] = []
+    facts: dict[str, Any] = {}
+
+    def missing(key: str) -> dict[str, Any]:
+        return {"tool": None, "status": "not_installed", "error": None}
+
+    # PCI ------------------------------------------------------------------------------------
+    pci_devices: list[dict[str, Any]] = []
+    pci: dict[str, Any] = {
+        "tool": tools.get("lspci"),
+        "status": "skipped",
+        "count": 0,
+        "error": None,
+    }
+    if "pci" in wanted:
+        if not tools.get("lspci"):
+            pci.update(status="not_installed", error="lspci not found (install pciutils)")
+        else:
+            rc, out = _run(run, [str(tools["lspci"]), *LSPCI_ARGS])
+            if rc != 0:
+                pci.update(status="error", error=f"lspci failed (rc={rc}): {out.strip()[:300]}")
+            else:
+                pci_devices = parse_lspci(out)
+                pci.update(status="ok", count=len(pci_devices))
+        if pci["error"]:
+            problems.append(pci["error"])
+    facts["pci"] = pci
+
+    # rocminfo -------------------------------------------------------------------------------
+    agents: list[dict[str, Any]] = []
+    rocminfo: dict[str, Any] = {
+        "tool": tools.get("rocminfo"),
+        "status": "skipped",
+        "error": None,
+        "rock_loaded": None,
+        "rock_version": None,
+        "gpu_agent_count": 0,
+        "cpu_agent_count": 0,
+    }
+    if "rocminfo" in wanted:
+        if not tools.get("rocminfo"):
+            rocminfo.update(missing("rocminfo"), tool=None)
+        else:
+            out = _output(run, [str(tools["rocminfo"])])
+            parsed = parse_rocminfo(out)
+            agents = parsed["gpu_agents"]
+            rocminfo.update(
+                status=parsed["status"],
+                error=parsed["error"],
+                rock_loaded=parsed["rock_loaded"],
+                rock_version=parsed["rock_version"],
+                gpu_agent_count=len(parsed["gpu_agents"]),
+                cpu_agent_count=len(parsed["agents"]) - len(parsed["gpu_agents"]),
+            )
+            if parsed["error"]:
+                problems.append(parsed["error"])
+    facts["rocminfo"] = rocminfo
+
+    # amd-smi --------------------------------------------------------------------------------
+    smi_gpus: list[dict[str, Any]] = []
+    amd_smi: dict[str, Any] = {
+        "tool": tools.get("amd_smi"),
+        "status": "skipped",
+        "error": None,
+        "gpu_count": 0,
+        "rocm_version": None,
+        "amdgpu_version": None,
+        "version": None,
+    }
+    if "amd_smi" in wanted:
+        if not tools.get("amd_smi"):
+            amd_smi.update(missing("amd_smi"), tool=None)
+        else:
+            out = _output(run, [str(tools["amd_smi"]), "static", "--json"])
+            parsed = parse_amd_smi_static(out)
+            smi_gpus = parsed["gpus"]
+            vout = _output(run, [str(tools["amd_smi"]), "version", "--json"])
+            version = parse_amd_smi_version(vout)
+            amd_smi.update(
+                status=parsed["status"],
+                error=parsed["error"],
+                gpu_count=len(smi_gpus),
+                rocm_version=version["rocm_version"],
+                amdgpu_version=version["amdgpu_version"],
+                version=version["tool_version"],
+            )
+            if parsed["error"]:
+                problems.append(parsed["error"])
+    facts["amd_smi"] = amd_smi
+
+    # rocm-smi (only when amd-smi gave nothing) ----------------------------------------------
+    rocm_smi: dict[str, Any] = {
+        "tool": tools.get("rocm_smi"),
+        "status": "skipped",
+        "error": None,
+        "gpu_count": 0,
+        "ids": [],
+    }
+    if "rocm_smi" in wanted and amd_smi["status"] != "ok":
+        if not tools.get("rocm_smi"):
+            rocm_smi.update(missing("rocm_smi"), tool=None)
+        else:
+            out = _output(run, [str(tools["rocm_smi"])])
+            parsed = parse_rocm_smi(out)
+            rocm_smi.update(
+                status=parsed["status"],
+                error=parsed["error"],
+                gpu_count=len(parsed["gpus"]),
+                ids=[g["id"] for g in parsed["gpus"]],
+            )
+            if parsed["error"]:
+                problems.append(parsed["error"])
+    facts["rocm_smi"] = rocm_smi
+
+    # driver ---------------------------------------------------------------------------------
+    driver: dict[str, Any] = {
+        "loaded": None,
+        "kind": None,
+        "version": None,
+        "initstate": None,
+        "source": None,
+        "dkms_helpers": [],
+        "dkms": [],
+        "blacklisted_in": [],
+        "secure_boot": None,
+    }
+    if "driver" in wanted:
+        lsmod_text = None
+        if tools.get("lsmod"):
+            rc, lsmod_text = _run(run, [str(tools["lsmod"])])
+            lsmod_text = lsmod_text if rc == 0 else None
+        driver.update(driver_state(sys_module_dir, lsmod_text, amd_smi["amdgpu_version"]))
+        if tools.get("dkms"):
+            rc, out = _run(run, [str(tools["dkms"]), "status", "-m", "amdgpu"])
+            driver["dkms"] = parse_dkms_status(out) if rc == 0 else []
+        driver["blacklisted_in"] = find_blacklist(modprobe_dir)
+        mokutil_text = None
+        if tools.get("mokutil") and not (Path(efivars_dir) / SECURE_BOOT_VAR).exists():
+            mokutil_text = _output(run, [str(tools["mokutil"]), "--sb-state"])
+        driver["secure_boot"] = secure_boot_state(efivars_dir, mokutil_text)
+        if driver["blacklisted_in"]:
+            problems.append(
+                "amdgpu is blacklisted in "
+                + ", ".join(driver["blacklisted_in"])
+                + ": remove the blacklist (ROCm runs on the amdgpu driver; "
+                "blacklisting it disables the GPUs)"
+            )
+    facts["driver"] = driver
+
+    kfd = Path(dev_dir) / "kfd"
+    facts["kfd"] = {
+        "present": kfd.exists(),
+        "accessible": kfd.exists() and os.access(kfd, os.R_OK | os.W_OK),
+    }
+    info_version = _read(Path(rocm_path) / ".info" / "version")
+    facts["rocm_version"] = amd_smi["rocm_version"] or (
+        info_version.strip() if info_version else None
+    )
+    facts["rocm_installed"] = bool(tools.get("rocminfo") or tools.get("amd_smi") or info_version)
+
+    gpus, unmatched = merge_gpus(pci_devices, agents, smi_gpus)
+    if unmatched:
+        problems.append(
+            f"rocminfo lists {len(unmatched)} GPU agent(s) on bus addresses lspci did not show: "
+            + ", ".join(str(a.get("bdf")) for a in unmatched)
+        )
+    facts["gpus"] = gpus
+    facts["count"] = len(gpus)
+    facts["archs"] = sorted({g["arch"] for g in gpus if g["arch"]})
+    facts["products"] = sorted({g["product"] for g in gpus if g["product"]})
+    facts["unknown_arch_count"] = sum(1 for g in gpus if not g["arch"])
+    facts["problems"] = problems
+    return facts

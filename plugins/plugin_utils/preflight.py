@@ -1,0 +1,334 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Preflight checks: does this host, its GPUs and the requested serving setup fit the stack?
+
+Standard library only (plus stack_matrix, which reads files/stacks.yml with PyYAML on the
+controller). :func:`evaluate` returns every finding at once so one run shows all problems;
+each message names the fact or variable it is about and the fix. Used by the role preflight
+through the filter ``instinct.vllm.preflight_evaluate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
+
+GIB = 1024**3
+
+
+def mount_for(path: str, mounts: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The mount (from ansible_facts.mounts) that holds ``path``: the longest mount point
+    that is ``path`` or a parent of it. ``path`` need not exist yet."""
+    best: Mapping[str, Any] | None = None
+    norm = "/" + str(path).strip("/")
+    for mount in mounts or []:
+        point = str(mount.get("mount", ""))
+        point_norm = "/" + point.strip("/")
+        inside = (
+            point_norm == "/" or norm == point_norm or norm.startswith(point_norm.rstrip("/") + "/")
+        )
+        if inside and (best is None or len(point_norm) > len("/" + str(best["mount"]).strip("/"))):
+            best = mount
+    return best
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.checks: list[dict[str, Any]] = []
+
+    def add(self, name: str, ok: bool, msg: str = "", level: str = "error") -> None:
+        entry = {"name": name, "ok": ok, "level": "ok" if ok else level, "msg": "" if ok else msg}
+        self.checks.append(entry)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "ok": not any(c["level"] == "error" for c in self.checks),
+            "errors": [c["msg"] for c in self.checks if c["level"] == "error"],
+            "warnings": [c["msg"] for c in self.checks if c["level"] == "warning"],
+            "checks": self.checks,
+        }
+
+
+def _check_os(f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], extra: Any) -> None:
+    dist = str(host.get("distribution", ""))
+    version = str(host.get("distribution_version", ""))
+    kernel = str(host.get("kernel", ""))
+    check = sm.check_os(stack, dist, version, kernel, sm.ga_kernels())
+    if check["ok"]:
+        f.add("os", True)
+        return
+    flavour = check["flavour"] if check["os_supported"] else None
+    others = [
+        n
+        for n in sm.stacks_for_os(dist, version, flavour, extra, series=check["series"])
+        if n != stack["name"]
+    ]
+    fix = (
+        f"set instinct_vllm_stack to a stack that supports it ({', '.join(others)})"
+        if others
+        else "no stack in files/stacks.yml supports it: add one (instinct_vllm_stacks_extra)"
+    )
+    if check["os_supported"]:
+        ga = sm.ga_kernels().get(f"{dist} {version}")
+        boot = f"boot the {dist} {version} GA kernel ({ga}, e.g. linux-generic)" if ga else ""
+        fix = f"{boot} or {fix}" if boot and "ga" in check["supported_flavours"] else fix
+    f.add(
+        "os",
+        False,
+        f"OS/kernel (ansible_facts distribution, distribution_version, kernel): {check['msg']}. "
+        f"Fix: {fix}.",
+    )
+
+
+def _check_cpu(f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any]) -> None:
+    arch = host.get("architecture")
+    ok = arch in stack["cpu_archs"]
+    f.add(
+        "cpu_arch",
+        ok,
+        f"CPU architecture (ansible_facts.architecture) is {arch}; stack '{stack['name']}' "
+        f"supports {', '.join(stack['cpu_archs'])}.",
+    )
+
+
+def _check_memory(f: _Findings, host: Mapping[str, Any], min_gib: float) -> None:
+    total_mb = host.get("memtotal_mb")
+    if not isinstance(total_mb, (int, float)) or isinstance(total_mb, bool):
+        f.add("memory", False, "RAM unknown (ansible_facts.memtotal_mb missing).", "warning")
+        return
+    have = round(total_mb / 1024, 1)
+    f.add(
+        "memory",
+        have >= min_gib,
+        f"RAM (ansible_facts.memtotal_mb) is {have} GiB; preflight_min_memory_gib asks for "
+        f"{min_gib} GiB. Fix: a host with more memory, or lower preflight_min_memory_gib "
+        f"(the vLLM source build also needs memory per parallel compile job).",
+    )
+
+
+def _check_disks(
+    f: _Findings, host: Mapping[str, Any], requirements: list[Mapping[str, Any]]
+) -> None:
+    mounts = host.get("mounts") or []
+    for req in requirements:
+        path, need = str(req["path"]), float(req["min_free_gib"])
+        purpose = req.get("purpose") or "space"
+        mount = mount_for(path, mounts)
+        name = f"disk:{path}"
+        if mount is None or not isinstance(mount.get("size_available"), (int, float)):
+            f.add(
+                name,
+                False,
+                f"free space for {path} ({purpose}) unknown: no mount in ansible_facts.mounts "
+                f"holds it (preflight_disk_requirements).",
+                "warning",
+            )
+            continue
+        free = round(mount["size_available"] / GIB, 1)
+        f.add(
+            name,
+            free >= need,
+            f"{free} GiB free on {mount['mount']} for {path} ({purpose}); "
+            f"preflight_disk_requirements asks for {need} GiB. Fix: free space or move {path} "
+            f"to a larger filesystem.",
+        )
+
+
+def _check_gpus(
+    f: _Findings, stack: Mapping[str, Any], gpus: Mapping[str, Any], expected: int | None
+) -> None:
+    count = int(gpus.get("count") or 0)
+    wanted_archs = list(stack["gpu_archs"])
+    sources = (
+        f"pci: {gpus.get('pci', {}).get('status', '?')}, "
+        f"rocminfo: {gpus.get('rocminfo', {}).get('status', '?')}"
+    )
+    problems = "; ".join(gpus.get("problems") or [])
+    if not wanted_archs:  # a stack without GPUs (cpu): any count, GPUs are not used
+        f.add("gpu_count", True)
+        return
+    if count == 0:
+        f.add(
+            "gpu_count",
+            False,
+            f"no AMD Instinct GPU found (preflight_gpus.count is 0; {sources}"
+            f"{'; ' + problems if problems else ''}); stack '{stack['name']}' needs "
+            f"{'/'.join(wanted_archs)} GPUs. Fix: check `lspci -nn -d 1002:` on the host, or "
+            f"use a stack without GPUs (instinct_vllm_stack: cpu).",
+        )
+        return
+    if expected is not None and count != expected:
+        f.add(
+            "gpu_count",
+            False,
+            f"{count} GPU(s) found (preflight_gpus.count) but preflight_gpu_count expects "
+            f"{expected}. Fix: check the missing GPUs (`lspci -nn -d 1002:`, dmesg) or set "
+            f"preflight_gpu_count.",
+        )
+    else:
+        f.add("gpu_count", True)
+    unknown = [g for g in gpus.get("gpus", []) if not g.get("arch")]
+    bad = sorted({g["arch"] for g in gpus.get("gpus", []) if g.get("arch")} - set(wanted_archs))
+    if unknown or bad:
+        named = sorted({str(g.get("product")) for g in unknown})
+        f.add(
+            "gpu_arch",
+            False,
+            f"GPU archs (preflight_gpus.archs) {', '.join(bad) or ''}"
+            f"{' and unknown devices ' + ', '.join(named) if named else ''} are not supported "
+            f"by stack '{stack['name']}' ({', '.join(wanted_archs)}). Fix: pick a stack whose "
+            f"gpu_archs include them (instinct_vllm_stack).",
+        )
+    else:
+        f.add("gpu_arch", True)
+    min_vram = stack.get("min_vram_gib_per_gpu")
+    small = [
+        g
+        for g in gpus.get("gpus", [])
+        if min_vram and isinstance(g.get("vram_gib"), (int, float)) and g["vram_gib"] < min_vram
+    ]
+    f.add(
+        "gpu_vram",
+        not small,
+        f"{len(small)} GPU(s) have less than the stack's min_vram_gib_per_gpu ({min_vram} GiB): "
+        + ", ".join(f"{g.get('bdf')}: {g.get('vram_gib')} GiB" for g in small),
+    )
+
+
+def _check_parallel(
+    f: _Findings,
+    stack: Mapping[str, Any],
+    gpus: Mapping[str, Any],
+    tp: int,
+    heads: int | None,
+) -> None:
+    count = int(gpus.get("count") or 0)
+    if tp < 1:
+        f.add("tensor_parallel", False, f"preflight_tensor_parallel_size must be >= 1 (is {tp}).")
+        return
+    if stack["gpu_archs"] and count > 0:
+        fits = [d for d in divisors(count) if heads is None or heads % d == 0]
+        if tp > count or count % tp != 0:
+            f.add(
+                "tensor_parallel",
+                False,
+                f"preflight_tensor_parallel_size={tp} does not divide the {count} GPU(s) found "
+                f"(preflight_gpus.count). Fix: use one of {', '.join(map(str, fits))}.",
+            )
+            return
+    if heads is not None and heads % tp != 0:
+        choices = [d for d in divisors(heads) if not stack["gpu_archs"] or count % d == 0]
+        f.add(
+            "tensor_parallel",
+            False,
+            f"preflight_tensor_parallel_size={tp} does not divide the model's "
+            f"num_attention_heads={heads} (preflight_model_num_attention_heads): vLLM splits "
+            f"the heads across the GPUs. Fix: use one of {', '.join(map(str, choices))}.",
+        )
+        return
+    f.add("tensor_parallel", True)
+
+
+def _check_model(f: _Findings, stack: Mapping[str, Any], arch: str | None, extra: Any) -> None:
+    if not arch:
+        f.add("model_architecture", True)
+        return
+    if arch in stack["model_architectures"]:
+        f.add("model_architecture", True)
+        return
+    serving = sm.stacks_serving(arch, extra)
+    fix = (
+        f"set instinct_vllm_stack to one of: {', '.join(serving)}"
+        if serving
+        else "no stack in files/stacks.yml serves it"
+    )
+    extra_note = ""
+    if arch == "GptOssForCausalLM":
+        extra_note = (
+            " (gpt-oss needs vLLM >= 0.10.1 on ROCm >= 6.3; it is served as published, "
+            "no conversion)"
+        )
+    f.add(
+        "model_architecture",
+        False,
+        f"model architecture {arch} (preflight_model_architecture) is not served by stack "
+        f"'{stack['name']}' (serves {', '.join(stack['model_architectures'])}){extra_note}. "
+        f"Fix: {fix}.",
+    )
+
+
+def _check_driver(
+    f: _Findings,
+    stack: Mapping[str, Any],
+    gpus: Mapping[str, Any],
+    secure_boot: str,
+    policy: str,
+) -> None:
+    rocm = stack.get("rocm")
+    if not rocm:
+        f.add("amdgpu_blacklist", True)
+        f.add("secure_boot", True)
+        return
+    blacklisted = (gpus.get("driver") or {}).get("blacklisted_in") or []
+    f.add(
+        "amdgpu_blacklist",
+        not blacklisted,
+        f"amdgpu is blacklisted in {', '.join(blacklisted)} (preflight_gpus.driver."
+        f"blacklisted_in): ROCm runs on the amdgpu driver, the blacklist disables every GPU. "
+        f"Fix: remove those lines (then update-initramfs -u).",
+    )
+    dkms = any("dkms" in p for p in rocm.get("driver_packages") or [])
+    if dkms and secure_boot == "enabled" and policy != "ignore":
+        f.add(
+            "secure_boot",
+            False,
+            "Secure Boot is enabled and the stack installs amdgpu-dkms: the kernel loads the "
+            "DKMS-built module only if it is signed with an enrolled key. Fix: enrol the DKMS "
+            "signing key (mokutil --import /var/lib/shim-signed/mok/MOK.der, then confirm at "
+            "the next boot) or disable Secure Boot (preflight_secure_boot_policy: "
+            f"{policy}).",
+            "error" if policy == "fail" else "warning",
+        )
+    else:
+        f.add("secure_boot", True)
+
+
+def evaluate(
+    stack: Mapping[str, Any],
+    host: Mapping[str, Any],
+    gpus: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run every check; ``{ok, errors, warnings, checks}``.
+
+    ``host``: ansible_facts (distribution, distribution_version, kernel, architecture,
+    memtotal_mb, mounts). ``gpus``: the gpu_facts module's ``gpu_facts``. ``settings``:
+    disk_requirements [{path, min_free_gib, purpose}], min_memory_gib, gpu_count (int or None),
+    tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
+    secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore).
+    """
+    f = _Findings()
+    heads = settings.get("num_attention_heads") or None
+    _check_os(f, stack, host, extra)
+    _check_cpu(f, stack, host)
+    _check_memory(f, host, float(settings.get("min_memory_gib", 0)))
+    _check_disks(f, host, list(settings.get("disk_requirements") or []))
+    expected = settings.get("gpu_count")
+    _check_gpus(f, stack, gpus, None if expected in (None, "", -1) else int(expected))
+    _check_parallel(f, stack, gpus, int(settings.get("tensor_parallel_size", 1)), heads)
+    _check_model(f, stack, settings.get("model_architecture") or None, extra)
+    _check_driver(
+        f,
+        stack,
+        gpus,
+        str(settings.get("secure_boot", "unknown")),
+        str(settings.get("secure_boot_policy", "warn")),
+    )
+    return f.result()

@@ -1,0 +1,249 @@
+"""Preflight checks (module_utils/preflight.py) with GPU facts built from real MI300X outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts import collect as gf
+from ansible_collections.instinct.vllm.plugins.plugin_utils import preflight as pf
+from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "instinct"
+GIB = 1024**3
+
+
+def gpu_facts_8x_mi300x(tmp_path: Path) -> dict[str, Any]:
+    outputs = {
+        "lspci": (FIX / "lspci_grep_mi300_8gpu.txt").read_text(),
+        "rocminfo": (FIX / "rocminfo_mi300x_8gpu_xeon8470.txt").read_text(),
+    }
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        return 0, outputs[Path(argv[0]).name], ""
+
+    tools = {key: None for key in gf.TOOLS} | {
+        "lspci": "/usr/bin/lspci",
+        "rocminfo": "/opt/rocm/bin/rocminfo",
+    }
+    return gf.collect(
+        tools,
+        run,
+        sys_module_dir=str(tmp_path),
+        modprobe_dir=str(tmp_path),
+        dev_dir=str(tmp_path),
+        rocm_path=str(tmp_path),
+    )
+
+
+NO_GPUS: dict[str, Any] = {
+    "count": 0,
+    "archs": [],
+    "gpus": [],
+    "problems": [],
+    "pci": {"status": "ok"},
+    "rocminfo": {"status": "not_installed"},
+    "driver": {"blacklisted_in": []},
+}
+
+
+def host(**over: Any) -> dict[str, Any]:
+    facts = {
+        "distribution": "Ubuntu",
+        "distribution_version": "24.04",
+        "kernel": "6.8.0-45-generic",
+        "architecture": "x86_64",
+        "memtotal_mb": 2 * 1024 * 1024,
+        "mounts": [
+            {"mount": "/", "size_available": 100 * GIB},
+            {"mount": "/srv", "size_available": 3000 * GIB},
+        ],
+    }
+    facts.update(over)
+    return facts
+
+
+def settings(**over: Any) -> dict[str, Any]:
+    base = {
+        "disk_requirements": [
+            {"path": "/opt", "min_free_gib": 50, "purpose": "build"},
+            {"path": "/srv/models", "min_free_gib": 140, "purpose": "model"},
+        ],
+        "min_memory_gib": 32,
+        "gpu_count": None,
+        "tensor_parallel_size": 8,
+        "num_attention_heads": 64,
+        "model_architecture": "LlamaForCausalLM",
+        "secure_boot": "disabled",
+        "secure_boot_policy": "warn",
+    }
+    base.update(over)
+    return base
+
+
+@pytest.fixture
+def gpus(tmp_path: Path) -> dict[str, Any]:
+    return gpu_facts_8x_mi300x(tmp_path)
+
+
+def errors_of(result: dict[str, Any], name: str) -> list[str]:
+    return [c["msg"] for c in result["checks"] if c["name"] == name and c["level"] == "error"]
+
+
+def test_good_mi300x_node_passes(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings())
+    assert result["ok"], result["errors"]
+    assert result["errors"] == [] and result["warnings"] == []
+    assert {c["name"] for c in result["checks"]} >= {
+        "os",
+        "cpu_arch",
+        "memory",
+        "disk:/opt",
+        "disk:/srv/models",
+        "gpu_count",
+        "gpu_arch",
+        "gpu_vram",
+        "tensor_parallel",
+        "model_architecture",
+        "amdgpu_blacklist",
+        "secure_boot",
+    }
+
+
+def test_hwe_kernel_on_rocm_621(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"), host(kernel="6.11.0-29-generic"), gpus, settings()
+    )
+    (msg,) = errors_of(result, "os")
+    assert "hwe kernel" in msg and "rocm-6.2.1" in msg
+    assert "GA kernel (6.8" in msg and "rocm-7.2.1" not in msg  # 6.11 is not in 7.2.1's series
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"), host(kernel="6.14.0-27-generic"), gpus, settings()
+    )
+    assert "rocm-7.2.1" in errors_of(result, "os")[0]  # 6.14 HWE is supported there
+
+
+def test_wrong_os_names_the_stacks_that_fit(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(distribution="Debian", distribution_version="12.8", kernel="6.1.0-26-amd64"),
+        gpus,
+        settings(),
+    )
+    (msg,) = errors_of(result, "os")
+    assert "Debian 12.8 is not supported" in msg and "(cpu)" in msg
+
+
+def test_tp_must_divide_gpu_count(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings(tensor_parallel_size=3))
+    (msg,) = errors_of(result, "tensor_parallel")
+    assert "preflight_tensor_parallel_size=3" in msg and "8 GPU(s)" in msg
+    assert "1, 2, 4, 8" in msg
+
+
+def test_tp_must_divide_attention_heads(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(),
+        gpus,
+        settings(tensor_parallel_size=8, num_attention_heads=28),
+    )
+    (msg,) = errors_of(result, "tensor_parallel")
+    assert "num_attention_heads=28" in msg and "1, 2, 4" in msg and ", 8" not in msg
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"), host(), gpus, settings(tensor_parallel_size=16)
+    )
+    assert errors_of(result, "tensor_parallel")
+
+
+def test_gpt_oss_on_rocm_621_names_serving_stacks(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"), host(), gpus, settings(model_architecture="GptOssForCausalLM")
+    )
+    (msg,) = errors_of(result, "model_architecture")
+    assert (
+        "GptOssForCausalLM" in msg and "rocm-7.2.1" in msg and "preflight_model_architecture" in msg
+    )
+    ok = pf.evaluate(
+        sm.get_stack("rocm-7.2.1"), host(), gpus, settings(model_architecture="GptOssForCausalLM")
+    )
+    assert ok["ok"], ok["errors"]
+
+
+def test_gpu_stack_without_gpus(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), NO_GPUS, settings())
+    (msg,) = errors_of(result, "gpu_count")
+    assert "no AMD Instinct GPU" in msg and "instinct_vllm_stack: cpu" in msg
+
+
+def test_cpu_stack_needs_no_gpu() -> None:
+    result = pf.evaluate(
+        sm.get_stack("cpu"),
+        host(distribution="Debian", distribution_version="12.8", kernel="6.1.0-26-amd64"),
+        NO_GPUS,
+        settings(tensor_parallel_size=1, num_attention_heads=4),
+    )
+    assert result["ok"], result["errors"]
+
+
+def test_expected_gpu_count_and_arch(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings(gpu_count=4))
+    assert "preflight_gpu_count expects 4" in errors_of(result, "gpu_count")[0]
+    mi100 = sm.get_stack("rocm-6.2.1", {"rocm-6.2.1": {"gpu_archs": ["gfx908"]}})
+    result = pf.evaluate(mi100, host(), gpus, settings())
+    assert "gfx942" in errors_of(result, "gpu_arch")[0]
+
+
+def test_memory_and_disk(gpus: dict[str, Any]) -> None:
+    small = host(memtotal_mb=16 * 1024, mounts=[{"mount": "/", "size_available": 20 * GIB}])
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), small, gpus, settings())
+    assert "16.0 GiB" in errors_of(result, "memory")[0]
+    assert "20.0 GiB free on / for /opt (build)" in errors_of(result, "disk:/opt")[0]
+    assert errors_of(result, "disk:/srv/models")
+    unknown = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(mounts=[]), gpus, settings())
+    assert any("unknown" in w for w in unknown["warnings"]) and unknown["ok"]
+
+
+def test_secure_boot_policy(gpus: dict[str, Any]) -> None:
+    warn = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings(secure_boot="enabled"))
+    assert warn["ok"] and any("Secure Boot" in w and "mokutil" in w for w in warn["warnings"])
+    fail = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(),
+        gpus,
+        settings(secure_boot="enabled", secure_boot_policy="fail"),
+    )
+    assert not fail["ok"] and errors_of(fail, "secure_boot")
+    cpu = pf.evaluate(
+        sm.get_stack("cpu"),
+        host(),
+        NO_GPUS,
+        settings(secure_boot="enabled", tensor_parallel_size=1),
+    )
+    assert cpu["warnings"] == []
+
+
+def test_amdgpu_blacklist_fails(gpus: dict[str, Any]) -> None:
+    gpus["driver"]["blacklisted_in"] = ["/etc/modprobe.d/blacklist-amdgpu.conf"]
+    result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings())
+    assert "blacklist-amdgpu.conf" in errors_of(result, "amdgpu_blacklist")[0]
+
+
+def test_all_problems_reported_at_once(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(kernel="6.11.0-29-generic"),
+        gpus,
+        settings(tensor_parallel_size=3, model_architecture="GptOssForCausalLM"),
+    )
+    assert len(result["errors"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("path", "mount"),
+    [("/srv/models/llama", "/srv"), ("/opt", "/"), ("/srvx", "/"), ("/srv", "/srv")],
+)
+def test_mount_for(path: str, mount: str) -> None:
+    found = pf.mount_for(path, host()["mounts"])
+    assert found is not None and found["mount"] == mount

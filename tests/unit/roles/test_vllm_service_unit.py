@@ -1,0 +1,117 @@
+"""Role vllm_service: the rendered unit (real ansible-playbook on localhost, no host changes).
+
+Runs the role's assert.yml (input checks + argv building) and renders templates/vllm.service.j2
+into a temp dir, then reads the unit back as systemd would split ExecStart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  connection: local
+  tasks:
+    - ansible.builtin.include_role:
+        name: instinct.vllm.vllm_service
+        tasks_from: assert.yml
+        public: true
+    - ansible.builtin.template:
+        src: "{{ repo }}/roles/vllm_service/templates/vllm.service.j2"
+        dest: "{{ out }}/vllm.service"
+        mode: "0644"
+"""
+
+
+def render(tmp_path: Path, **extra: object) -> tuple[subprocess.CompletedProcess[str], str]:
+    play = tmp_path / "play.yml"
+    play.write_text(PLAYBOOK)
+    variables = {
+        "repo": str(ROOT), "out": str(tmp_path), "ansible_python_interpreter": sys.executable,
+        "vllm_service_api_key": "unit-test-key-0123456789",
+        "vllm_service_model": "/srv/models/my model",
+        "vllm_service_served_model_name": "tiny",
+        **extra,
+    }
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+         "-e", json.dumps(variables)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
+    )
+    unit = tmp_path / "vllm.service"
+    return run, unit.read_text() if unit.exists() else ""
+
+
+def directive(unit: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith(key + "=")]
+
+
+def test_exec_start_is_wrapper_then_vllm_serve(tmp_path: Path) -> None:
+    run, unit = render(tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:]
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    cut = argv.index("--")
+    assert argv[:2] == ["/usr/bin/python3", "/usr/local/libexec/instinct-vllm-watchdog"]
+    assert argv[2:cut] == ["--probe-interval", "30"]
+    assert argv[cut + 1 : cut + 4] == ["/opt/vllm/venv/bin/vllm", "serve", "/srv/models/my model"]
+    flags = argv[cut + 4 :]
+    for pair in (["--tensor-parallel-size", "8"], ["--kv-cache-dtype", "auto"],
+                 ["--max-model-len", "32768"], ["--max-num-seqs", "256"],
+                 ["--served-model-name", "tiny"], ["--port", "8000"]):
+        i = flags.index(pair[0])
+        assert flags[i : i + 2] == pair
+    assert "--enforce-eager" in flags and "--disable-log-stats" in flags
+    assert "unit-test-key-0123456789" not in unit
+    assert directive(unit, "EnvironmentFile") == ["/etc/vllm/vllm.env"]
+    assert directive(unit, "Type") == ["notify"]
+    assert directive(unit, "WatchdogSec") == ["30"]
+    assert directive(unit, "DeviceAllow") == ["/dev/kfd rw", "char-drm rw"]
+
+
+def test_flags_extra_and_environment(tmp_path: Path) -> None:
+    run, unit = render(
+        tmp_path,
+        vllm_service_flags={"dtype": "float32", "enforce-eager": False},
+        vllm_service_flags_extra={"max_model_len": 512},
+        vllm_service_environment={"VLLM_CPU_KVCACHE_SPACE": "1", "ODD": "a b%c"},
+        vllm_service_launcher="api_server",
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    cut = argv.index("--")
+    assert argv[cut + 1 :] == [
+        "/opt/vllm/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", "/srv/models/my model",
+        "--dtype", "float32", "--host", "0.0.0.0", "--max-model-len", "512", "--port", "8000",
+        "--served-model-name", "tiny",
+    ]
+    env = directive(unit, "Environment")
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in env
+    assert '"ODD=a b%%c"' in env
+    assert "HF_HUB_OFFLINE=1" in env
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({"vllm_service_api_key": "short"}, "vllm_service_api_key"),
+        ({"vllm_service_model": ""}, "vllm_service_model"),
+        ({"vllm_service_launcher": "docker"}, "vllm_service_launcher"),
+        ({"vllm_service_flags": {"api_key": "x" * 20}}, "api_key"),
+    ],
+)
+def test_bad_input_fails_naming_the_variable(tmp_path: Path, extra: dict, needle: str) -> None:
+    run, unit = render(tmp_path, **extra)
+    assert run.returncode != 0
+    assert needle in run.stdout + run.stderr
+    assert unit == ""

@@ -1,0 +1,399 @@
+"""Decisions of the watchdog wrapper (roles/vllm_service/files/instinct-vllm-watchdog).
+
+Pure parts only: no network, no processes, time passed in. The real wrapper against a fake
+vLLM is in test_vllm_watchdog_run.py.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+WRAPPER = ROOT / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
+
+
+def load_wrapper() -> ModuleType:
+    """Import the extensionless script as a module (dataclasses need it in sys.modules)."""
+    name = "instinct_vllm_watchdog"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = importlib.machinery.SourceFileLoader(name, str(WRAPPER))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+wd = load_wrapper()
+
+# A /metrics excerpt in the vLLM 0.6.x (V0) shape: gpu_cache_usage_perc, model_name label.
+METRICS_V0 = """\
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="llama-70b"} 3.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="llama-70b"} 1.0
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="llama-70b"} 0.125
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{model_name="llama-70b"} 1200.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{model_name="llama-70b"} 3400.0
+vllm:generation_tokens_created{model_name="llama-70b"} 1.7e+09
+"""
+
+# Current (V1) shape: kv_cache_usage_perc, an engine label, two engines (data parallel).
+METRICS_V1 = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="my model {x}"} 2.0
+vllm:num_requests_running{engine="1",model_name="my model {x}"} 1.0
+vllm:num_requests_waiting{engine="0",model_name="my model {x}"} 0.0
+vllm:num_requests_waiting{engine="1",model_name="my model {x}"} 4.0
+vllm:kv_cache_usage_perc{engine="0",model_name="my model {x}"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="my model {x}"} 0.25
+vllm:prompt_tokens_total{engine="0",model_name="my model {x}"} 10.0
+vllm:prompt_tokens_total{engine="1",model_name="my model {x}"} 5.0
+vllm:generation_tokens_total{engine="0",model_name="my model {x}"} 100.0
+vllm:generation_tokens_total{engine="1",model_name="my model {x}"} 50.0 1700000000000
+"""
+
+# --disable-log-stats: vLLM exports no vllm:* series, only the process collector.
+METRICS_NO_STATS = """\
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+python_gc_objects_collected_total{generation="0"} 100.0
+"""
+
+
+def test_parse_prometheus_sums_nothing_and_keeps_series() -> None:
+    series = wd.parse_prometheus(METRICS_V1 + "bad line without value\nx NaN\n")
+    assert series["vllm:num_requests_running"] == [2.0, 1.0]
+    assert series["vllm:generation_tokens_total"] == [100.0, 50.0]
+    assert "bad" not in series
+    assert len(series["x"]) == 1
+
+
+def test_metrics_sample_v0_names() -> None:
+    s = wd.metrics_sample(METRICS_V0)
+    assert (s.running, s.waiting, s.kv_usage) == (3.0, 1.0, 0.125)
+    assert s.tokens == 4600.0
+    assert s.has_progress
+
+
+def test_metrics_sample_v1_names_sum_engines_kv_max() -> None:
+    s = wd.metrics_sample(METRICS_V1)
+    assert (s.running, s.waiting) == (3.0, 4.0)
+    assert s.kv_usage == 0.5
+    assert s.tokens == 165.0
+
+
+def test_metrics_sample_without_stats() -> None:
+    s = wd.metrics_sample(METRICS_NO_STATS)
+    assert s == wd.MetricsSample()
+    assert not s.has_progress
+    assert s.tokens is None
+
+
+def test_kv_cache_current_name_wins_over_old() -> None:
+    text = "vllm:gpu_cache_usage_perc 0.9\nvllm:kv_cache_usage_perc 0.1\n"
+    assert wd.metrics_sample(text).kv_usage == 0.1
+
+
+def test_model_ids() -> None:
+    body = b'{"object":"list","data":[{"id":"a","object":"model"},{"id":"b"}]}'
+    assert wd.model_ids(body) == ["a", "b"]
+    assert wd.model_ids(b"not json") == []
+    assert wd.model_ids(b'{"data": "x"}') == []
+    assert wd.model_ids(b"[]") == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({"WATCHDOG_USEC": "30000000"}, 15.0),
+        ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "42"}, 15.0),
+        ({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "43"}, None),
+        ({"WATCHDOG_USEC": "0"}, None),
+        ({"WATCHDOG_USEC": "soon"}, None),
+        ({}, None),
+    ],
+)
+def test_ping_interval(environ: dict[str, str], expected: float | None) -> None:
+    assert wd.ping_interval(environ, 42) == expected
+
+
+def test_notify_address() -> None:
+    assert wd.notify_address("@abstract/sock") == "\0abstract/sock"
+    assert wd.notify_address("/run/systemd/notify") == "/run/systemd/notify"
+    assert wd.notify_address("") is None
+    assert wd.notify_address(None) is None
+    assert wd.notify_address("vsock:2:1234") is None
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stop", "expected"),
+    [(0, False, 0), (3, False, 3), (-9, False, 137), (-15, False, 143), (-15, True, 0),
+     (-2, True, 0), (1, True, 1)],
+)
+def test_exit_code(returncode: int, stop: bool, expected: int) -> None:
+    assert wd.exit_code(returncode, stop) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/x"],
+         ("http://127.0.0.1:8000", "/m/x")),
+        (["api_server", "--model", "/m/x", "--served-model-name", "x", "alias", "--port", "9001"],
+         ("http://127.0.0.1:9001", "x")),
+        (["vllm", "serve", "/m/y", "--host", "10.0.0.5", "--port=8123"],
+         ("http://10.0.0.5:8123", "/m/y")),
+        (["api_server", "--served_model_name=z", "--host", "::1"], ("http://[::1]:8000", "z")),
+        (["api_server", "--host", "0.0.0.0"], ("http://127.0.0.1:8000", None)),
+    ],
+)
+def test_derive_target(argv: list[str], expected: tuple[str, str | None]) -> None:
+    assert wd.derive_target(argv) == expected
+
+
+def test_parse_cli_env_argv_and_derived() -> None:
+    env = {"INSTINCT_WATCHDOG_STALL_TIMEOUT": "12", "INSTINCT_WATCHDOG_PROBE_INTERVAL": "7"}
+    cfg, child = wd.parse_cli(
+        ["--probe-interval", "0", "--", "python", "-m", "x", "--model", "/m", "--port", "81"], env
+    )
+    assert child == ["python", "-m", "x", "--model", "/m", "--port", "81"]
+    assert cfg.stall_timeout == 12.0  # from the environment
+    assert cfg.probe_interval == 0.0  # argv wins
+    assert cfg.base_url == "http://127.0.0.1:81"
+    assert cfg.served_model_name == "/m"
+    assert cfg.health == "http://127.0.0.1:81/health"
+    cfg, child = wd.parse_cli(
+        ["--health-url", "http://h/healthz", "--served-model-name", "n", "--", "v"], {}
+    )
+    assert (cfg.health, cfg.served_model_name) == ("http://h/healthz", "n")
+    assert child == ["v"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--served-model-name", "x"], {}, "usage"),
+        (["--served-model-name", "x", "--"], {}, "no vLLM command line"),
+        (["--", "vllm-without-model"], {}, "no served model name"),
+        (["--", "v", "--model", "m"], {"INSTINCT_WATCHDOG_POLL_INTERVAL": "fast"}, "POLL_INTERVAL"),
+        (["--stall-timeout", "0", "--", "v", "--model", "m"], {}, "stall-timeout"),
+        (["--probe-interval", "-1", "--", "v", "--model", "m"], {}, "probe-interval"),
+    ],
+)
+def test_parse_cli_errors(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        wd.parse_cli(argv, env)
+
+
+# ------------------------------------------------------------------------------------------
+# Monitor
+
+
+def cfg(**kw: float) -> object:
+    base = {"poll_interval": 1.0, "health_timeout": 2.0, "stall_timeout": 10.0}
+    base.update(kw)
+    return wd.Config(base_url="http://127.0.0.1:8000", served_model_name="m", **base)
+
+
+def sample(tokens: float, running: float, waiting: float = 0, kv: float | None = 0.2) -> object:
+    return wd.MetricsSample(
+        generation_tokens=tokens, prompt_tokens=0.0, running=running, waiting=waiting, kv_usage=kv
+    )
+
+
+def tick(m: object, t: float, s: object = None) -> None:
+    """One poll: /health 200 and, if given, a metrics sample."""
+    m.observe_health(t, True, "HTTP 200")
+    if s is not None:
+        m.observe_metrics(t, s)
+
+
+def ready_monitor(**kw: float) -> object:
+    m = wd.Monitor(cfg(**kw), 0.0)
+    m.observe_health(0.0, True, "HTTP 200")
+    m.observe_models(0.0, ["m"], "listed: m")
+    assert m.ready
+    return m
+
+
+def test_ready_needs_health_and_model() -> None:
+    m = wd.Monitor(cfg(), 0.0)
+    assert m.verdict(0.0) == wd.Verdict("loading", False)
+    assert m.status(0.0) == "loading: /health not polled yet"
+    m.observe_health(1.0, False, "connection refused")
+    assert "connection refused" in m.status(1.0)
+    m.observe_health(2.0, True, "HTTP 200")
+    m.observe_models(2.0, ["other"], "listed: other")
+    assert not m.ready
+    assert m.status(2.0) == (
+        "loading: /health 200, waiting for model 'm' in /v1/models (listed: other)"
+    )
+    m.observe_models(3.0, None, "HTTP 401 (check VLLM_API_KEY)")
+    assert not m.ready and "401" in m.status(3.0)
+    # model listed while /health fails: not ready until /health is 200 again
+    m.observe_health(4.0, False, "HTTP 503")
+    m.observe_models(4.0, ["m"], "listed: m")
+    assert not m.ready
+    m.observe_health(5.0, True, "HTTP 200")
+    assert m.ready
+    assert m.verdict(5.0).alive
+
+
+def test_ready_is_latched() -> None:
+    m = ready_monitor()
+    m.observe_health(1.0, False, "HTTP 503")
+    m.observe_models(1.0, [], "listed: none")
+    assert m.ready
+    assert m.verdict(1.0) == wd.Verdict("unhealthy", False, ("/health: HTTP 503",))
+
+
+def test_health_must_be_recent() -> None:
+    m = ready_monitor(poll_interval=1.0, health_timeout=2.0)  # max age 4 s
+    assert m.verdict(4.0).alive
+    v = m.verdict(4.5)
+    assert not v.alive and v.reasons == ("/health: no answer for 4s",)
+    m.observe_health(5.0, True, "HTTP 200")
+    assert m.verdict(5.0).alive
+
+
+def test_frozen_counters_with_running_requests_is_a_stall() -> None:
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 2))
+    tick(m, 1.0, sample(100, 2))  # frozen from t=0
+    tick(m, 10.0, sample(100, 2))
+    assert m.verdict(10.0).alive  # exactly the timeout: not yet
+    tick(m, 10.5, sample(100, 2))
+    v = m.verdict(10.5)
+    assert v.state == "stalled" and not v.alive
+    assert v.reasons == ("no token progress for 10s with 2 request(s) running",)
+    assert m.status(10.5).startswith("stalled: no token progress")
+    tick(m, 11.0, sample(101, 2))  # progress again
+    assert m.verdict(11.0).alive
+    assert m.stalled_for(30.0) == 0.0
+
+
+def test_idle_engine_with_frozen_counters_is_fine() -> None:
+    m = ready_monitor(stall_timeout=10.0)
+    for t in range(0, 100, 5):
+        tick(m, float(t), sample(100, 0))
+        assert m.verdict(float(t)).alive
+    # a request arrives after a long idle period: the clock starts at the last idle sample
+    tick(m, 100.0, sample(100, 1))
+    assert m.stalled_for(100.0) == pytest.approx(5.0)
+    assert m.verdict(100.0).alive
+    tick(m, 106.0, sample(100, 1))
+    assert m.verdict(106.0).state == "stalled"
+
+
+def test_stall_verdict_grows_between_samples() -> None:
+    m = ready_monitor(stall_timeout=10.0, poll_interval=5.0, health_timeout=5.0)
+    tick(m, 0.0, sample(5, 1))
+    tick(m, 1.0, sample(5, 1))
+    assert m.verdict(9.0).alive
+    assert not m.verdict(11.0).alive  # no new sample (poller slow): still judged from t=0
+
+
+def test_counter_reset_counts_as_change() -> None:
+    m = ready_monitor(stall_timeout=1.0)
+    tick(m, 0.0, sample(500, 1))
+    tick(m, 5.0, sample(3, 1))
+    assert m.verdict(5.0).alive
+
+
+def test_no_counters_means_no_stall_detection() -> None:
+    m = ready_monitor(stall_timeout=1.0)
+    for t in range(10):
+        tick(m, float(t), wd.MetricsSample(running=5.0))
+    assert m.verdict(9.0).alive
+    assert "no token counters" in m.status(9.0)
+    m.observe_metrics(10.0, None)
+    assert m.status(10.0) == "serving m: no metrics"
+    fresh = ready_monitor()
+    assert fresh.status(0.0) == "serving m: metrics not polled yet"
+
+
+def test_status_serving_shows_load() -> None:
+    m = ready_monitor()
+    tick(m, 0.0, sample(10, 3, waiting=2, kv=0.1234))
+    assert m.status(0.0) == "serving m: running 3, waiting 2, KV cache 12.3%"
+    tick(m, 0.5, sample(11, 3, waiting=2, kv=None))
+    assert m.status(0.5).endswith("KV cache n/a")
+
+
+def test_probe_schedule_failure_and_recovery() -> None:
+    m = wd.Monitor(cfg(probe_interval=30.0, probe_timeout=5.0, poll_interval=1.0), 0.0)
+    assert not m.probe_due(0.0)  # not ready yet
+    m.observe_health(0.0, True, "HTTP 200")
+    m.observe_models(0.0, ["m"], "")
+    assert m.probe_due(0.0)
+    m.probe_started(0.0)
+    assert not m.probe_due(0.5)  # one at a time
+    m.observe_probe(0.2, True, "HTTP 200")
+    assert not m.probe_due(29.0)
+    assert m.probe_due(30.0)
+    m.probe_started(30.0)
+    m.observe_probe(35.0, False, "timed out")
+    tick(m, 35.0)
+    v = m.verdict(35.0)
+    assert not v.alive and v.reasons == ("probe: timed out",)
+    assert m.probe_due(31.0)  # a failed probe is retried at the poll interval
+    m.probe_started(36.0)
+    tick(m, 36.0)
+    assert not m.verdict(36.0).alive
+    m.observe_probe(36.1, True, "HTTP 200")
+    assert m.verdict(36.1).alive
+
+
+def test_probe_in_flight_too_long() -> None:
+    m = ready_monitor(probe_interval=30.0, probe_timeout=5.0)
+    m.probe_started(1.0)
+    tick(m, 6.9)
+    assert m.verdict(6.9).alive
+    v = m.verdict(7.5)
+    assert not v.alive and v.reasons == ("probe: no answer for 6s",)
+
+
+def test_probe_off_never_due() -> None:
+    m = ready_monitor(probe_interval=0.0)
+    assert not m.probe_due(1000.0)
+
+
+def test_probe_timeout_excused_while_busy_and_progressing() -> None:
+    m = ready_monitor(probe_interval=30.0, probe_timeout=5.0, stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 256, waiting=40))
+    tick(m, 1.0, sample(180, 256, waiting=40))
+    m.probe_started(1.0)
+    tick(m, 7.5, sample(900, 256, waiting=40))
+    assert m.verdict(7.5).alive  # probe stuck in the queue, tokens flowing
+    m.observe_probe(7.6, False, "timed out")
+    assert m.verdict(7.6).alive
+    # an HTTP error is never excused
+    m.observe_probe(7.7, False, "HTTP 500")
+    assert not m.verdict(7.7).alive
+    # a timeout while the counters are frozen is not excused either
+    m.observe_probe(7.8, False, "timed out")
+    tick(m, 8.0, sample(900, 256, waiting=40))
+    assert not m.verdict(8.0).alive
+    assert m.verdict(8.0).reasons == ("probe: timed out",)
+
+
+def test_probe_timeout_counts_without_counters() -> None:
+    m = ready_monitor(probe_interval=30.0, probe_timeout=5.0)
+    tick(m, 0.0, wd.MetricsSample(running=3.0))
+    m.observe_probe(1.0, False, "timed out")
+    tick(m, 1.0, wd.MetricsSample(running=3.0))
+    assert not m.verdict(1.0).alive
