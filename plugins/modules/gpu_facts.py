@@ -147,7 +147,7 @@ gpu_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.collect import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts import (  # noqa: E402
     SOURCES,
     TOOLS,
     collect,

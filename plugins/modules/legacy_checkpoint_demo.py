@@ -98,7 +98,7 @@ import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.demo import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.model_convert import (  # noqa: E402
     LegacySpec,
     make_legacy_checkpoint,
 )

@@ -215,7 +215,7 @@ progress:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.model_convert import (  # noqa: E402
     ConvertError,
     ConvertOptions,
     convert,

@@ -52,7 +52,7 @@ tail: {description: The last 40 non-empty log lines., type: list, elements: str,
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._vllm_build.build import run_build  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import run_build  # noqa: E402
 
 
 def main() -> None:

@@ -107,7 +107,7 @@ stamp_matches: {description: The stamp records this key., type: bool, returned: 
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._vllm_build.build import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
     GIB,
     BuildInputError,
     build_env,

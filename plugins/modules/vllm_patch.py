@@ -51,7 +51,7 @@ results:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._vllm_build.patch import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
     PatchError,
     apply_series,
 )

@@ -51,7 +51,7 @@ requirements: {description: The requirements written., type: list, elements: str
 from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.instinct.vllm.plugins.module_utils._vllm_build.build import (  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
     BuildInputError,
     requirements_from,
 )
