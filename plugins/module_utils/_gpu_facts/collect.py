@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,50 +168,46 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def collect(
-    tools: dict[str, str | None],
-    run: Runner,
-    sources: Iterable[str] = SOURCES,
-    sys_module_dir: str = "/sys/module",
-    modprobe_dir: str = "/etc/modprobe.d",
-    dev_dir: str = "/dev",
-    rocm_path: str = "/opt/rocm",
-    efivars_dir: str = "/sys/firmware/efi/efivars",
-) -> dict[str, Any]:
-    """All GPU facts. ``tools`` maps the keys of :data:`TOOLS` to a path or None."""
-    wanted = set(sources)
-    problems: list[str] = []
-    facts: dict[str, Any] = {}
+_NOT_INSTALLED: dict[str, Any] = {"tool": None, "status": "not_installed", "error": None}
 
-    def missing(key: str) -> dict[str, Any]:
-        return {"tool": None, "status": "not_installed", "error": None}
 
-    # PCI ------------------------------------------------------------------------------------
-    pci_devices: list[dict[str, Any]] = []
-    pci: dict[str, Any] = {
-        "tool": tools.get("lspci"),
-        "status": "skipped",
-        "count": 0,
-        "error": None,
-    }
-    if "pci" in wanted:
-        if not tools.get("lspci"):
-            pci.update(status="not_installed", error="lspci not found (install pciutils)")
-        else:
-            rc, out = _run(run, [str(tools["lspci"]), *LSPCI_ARGS])
-            if rc != 0:
-                pci.update(status="error", error=f"lspci failed (rc={rc}): {out.strip()[:300]}")
-            else:
-                pci_devices = parse_lspci(out)
-                pci.update(status="ok", count=len(pci_devices))
-        if pci["error"]:
-            problems.append(pci["error"])
-    facts["pci"] = pci
+@dataclass(frozen=True)
+class HostPaths:
+    """Where :func:`collect` reads host state (tests point these at fake trees)."""
 
-    # rocminfo -------------------------------------------------------------------------------
-    agents: list[dict[str, Any]] = []
-    rocminfo: dict[str, Any] = {
-        "tool": tools.get("rocminfo"),
+    sys_module_dir: str = "/sys/module"
+    modprobe_dir: str = "/etc/modprobe.d"
+    dev_dir: str = "/dev"
+    rocm_path: str = "/opt/rocm"
+    efivars_dir: str = "/sys/firmware/efi/efivars"
+
+
+Items = list[dict[str, Any]]
+
+
+def collect_pci(tool: str | None, run: Runner, wanted: bool = True) -> tuple[dict[str, Any], Items]:
+    """lspci: the AMD PCI functions; ``(section, devices)``."""
+    pci: dict[str, Any] = {"tool": tool, "status": "skipped", "count": 0, "error": None}
+    if not wanted:
+        return pci, []
+    if not tool:
+        pci.update(status="not_installed", error="lspci not found (install pciutils)")
+        return pci, []
+    rc, out = _run(run, [str(tool), *LSPCI_ARGS])
+    if rc != 0:
+        pci.update(status="error", error=f"lspci failed (rc={rc}): {out.strip()[:300]}")
+        return pci, []
+    devices = parse_lspci(out)
+    pci.update(status="ok", count=len(devices))
+    return pci, devices
+
+
+def collect_rocminfo(
+    tool: str | None, run: Runner, wanted: bool = True
+) -> tuple[dict[str, Any], Items]:
+    """rocminfo: the HSA agents; ``(section, gpu_agents)``."""
+    section: dict[str, Any] = {
+        "tool": tool,
         "status": "skipped",
         "error": None,
         "rock_loaded": None,
@@ -218,29 +215,29 @@ def collect(
         "gpu_agent_count": 0,
         "cpu_agent_count": 0,
     }
-    if "rocminfo" in wanted:
-        if not tools.get("rocminfo"):
-            rocminfo.update(missing("rocminfo"), tool=None)
-        else:
-            out = _output(run, [str(tools["rocminfo"])])
-            parsed = parse_rocminfo(out)
-            agents = parsed["gpu_agents"]
-            rocminfo.update(
-                status=parsed["status"],
-                error=parsed["error"],
-                rock_loaded=parsed["rock_loaded"],
-                rock_version=parsed["rock_version"],
-                gpu_agent_count=len(parsed["gpu_agents"]),
-                cpu_agent_count=len(parsed["agents"]) - len(parsed["gpu_agents"]),
-            )
-            if parsed["error"]:
-                problems.append(parsed["error"])
-    facts["rocminfo"] = rocminfo
+    if not wanted:
+        return section, []
+    if not tool:
+        section.update(_NOT_INSTALLED)
+        return section, []
+    parsed = parse_rocminfo(_output(run, [str(tool)]))
+    section.update(
+        status=parsed["status"],
+        error=parsed["error"],
+        rock_loaded=parsed["rock_loaded"],
+        rock_version=parsed["rock_version"],
+        gpu_agent_count=len(parsed["gpu_agents"]),
+        cpu_agent_count=len(parsed["agents"]) - len(parsed["gpu_agents"]),
+    )
+    return section, parsed["gpu_agents"]
 
-    # amd-smi --------------------------------------------------------------------------------
-    smi_gpus: list[dict[str, Any]] = []
-    amd_smi: dict[str, Any] = {
-        "tool": tools.get("amd_smi"),
+
+def collect_amd_smi(
+    tool: str | None, run: Runner, wanted: bool = True
+) -> tuple[dict[str, Any], Items]:
+    """amd-smi static and version: ``(section, gpus)``."""
+    section: dict[str, Any] = {
+        "tool": tool,
         "status": "skipped",
         "error": None,
         "gpu_count": 0,
@@ -248,52 +245,64 @@ def collect(
         "amdgpu_version": None,
         "version": None,
     }
-    if "amd_smi" in wanted:
-        if not tools.get("amd_smi"):
-            amd_smi.update(missing("amd_smi"), tool=None)
-        else:
-            out = _output(run, [str(tools["amd_smi"]), "static", "--json"])
-            parsed = parse_amd_smi_static(out)
-            smi_gpus = parsed["gpus"]
-            vout = _output(run, [str(tools["amd_smi"]), "version", "--json"])
-            version = parse_amd_smi_version(vout)
-            amd_smi.update(
-                status=parsed["status"],
-                error=parsed["error"],
-                gpu_count=len(smi_gpus),
-                rocm_version=version["rocm_version"],
-                amdgpu_version=version["amdgpu_version"],
-                version=version["tool_version"],
-            )
-            if parsed["error"]:
-                problems.append(parsed["error"])
-    facts["amd_smi"] = amd_smi
+    if not wanted:
+        return section, []
+    if not tool:
+        section.update(_NOT_INSTALLED)
+        return section, []
+    parsed = parse_amd_smi_static(_output(run, [str(tool), "static", "--json"]))
+    version = parse_amd_smi_version(_output(run, [str(tool), "version", "--json"]))
+    section.update(
+        status=parsed["status"],
+        error=parsed["error"],
+        gpu_count=len(parsed["gpus"]),
+        rocm_version=version["rocm_version"],
+        amdgpu_version=version["amdgpu_version"],
+        version=version["tool_version"],
+    )
+    return section, parsed["gpus"]
 
-    # rocm-smi (only when amd-smi gave nothing) ----------------------------------------------
-    rocm_smi: dict[str, Any] = {
-        "tool": tools.get("rocm_smi"),
+
+def collect_rocm_smi(tool: str | None, run: Runner, wanted: bool = True) -> dict[str, Any]:
+    """rocm-smi (the caller asks only when amd-smi gave nothing): its section."""
+    section: dict[str, Any] = {
+        "tool": tool,
         "status": "skipped",
         "error": None,
         "gpu_count": 0,
         "ids": [],
     }
-    if "rocm_smi" in wanted and amd_smi["status"] != "ok":
-        if not tools.get("rocm_smi"):
-            rocm_smi.update(missing("rocm_smi"), tool=None)
-        else:
-            out = _output(run, [str(tools["rocm_smi"])])
-            parsed = parse_rocm_smi(out)
-            rocm_smi.update(
-                status=parsed["status"],
-                error=parsed["error"],
-                gpu_count=len(parsed["gpus"]),
-                ids=[g["id"] for g in parsed["gpus"]],
-            )
-            if parsed["error"]:
-                problems.append(parsed["error"])
-    facts["rocm_smi"] = rocm_smi
+    if not wanted:
+        return section
+    if not tool:
+        section.update(_NOT_INSTALLED)
+        return section
+    parsed = parse_rocm_smi(_output(run, [str(tool)]))
+    section.update(
+        status=parsed["status"],
+        error=parsed["error"],
+        gpu_count=len(parsed["gpus"]),
+        ids=[g["id"] for g in parsed["gpus"]],
+    )
+    return section
 
-    # driver ---------------------------------------------------------------------------------
+
+def _ok_output(run: Runner, tool: str | None, *args: str) -> str | None:
+    """The output of ``tool args`` when it exists and exits 0, else None."""
+    if not tool:
+        return None
+    rc, out = _run(run, [str(tool), *args])
+    return out if rc == 0 else None
+
+
+def collect_driver(
+    tools: dict[str, str | None],
+    run: Runner,
+    paths: HostPaths,
+    amdgpu_version: str | None,
+    wanted: bool = True,
+) -> dict[str, Any]:
+    """amdgpu driver state: module, DKMS, blacklist, Secure Boot."""
     driver: dict[str, Any] = {
         "loaded": None,
         "kind": None,
@@ -305,50 +314,93 @@ def collect(
         "blacklisted_in": [],
         "secure_boot": None,
     }
-    if "driver" in wanted:
-        lsmod_text = None
-        if tools.get("lsmod"):
-            rc, lsmod_text = _run(run, [str(tools["lsmod"])])
-            lsmod_text = lsmod_text if rc == 0 else None
-        driver.update(driver_state(sys_module_dir, lsmod_text, amd_smi["amdgpu_version"]))
-        if tools.get("dkms"):
-            rc, out = _run(run, [str(tools["dkms"]), "status", "-m", "amdgpu"])
-            driver["dkms"] = parse_dkms_status(out) if rc == 0 else []
-        driver["blacklisted_in"] = find_blacklist(modprobe_dir)
-        mokutil_text = None
-        if tools.get("mokutil") and not (Path(efivars_dir) / SECURE_BOOT_VAR).exists():
-            mokutil_text = _output(run, [str(tools["mokutil"]), "--sb-state"])
-        driver["secure_boot"] = secure_boot_state(efivars_dir, mokutil_text)
-        if driver["blacklisted_in"]:
-            problems.append(
-                "amdgpu is blacklisted in "
-                + ", ".join(driver["blacklisted_in"])
-                + ": remove the blacklist (ROCm runs on the amdgpu driver; "
-                "blacklisting it disables the GPUs)"
-            )
-    facts["driver"] = driver
+    if not wanted:
+        return driver
+    lsmod_text = _ok_output(run, tools.get("lsmod"))
+    driver.update(driver_state(paths.sys_module_dir, lsmod_text, amdgpu_version))
+    if tools.get("dkms"):
+        dkms_text = _ok_output(run, tools.get("dkms"), "status", "-m", "amdgpu")
+        driver["dkms"] = parse_dkms_status(dkms_text) if dkms_text is not None else []
+    driver["blacklisted_in"] = find_blacklist(paths.modprobe_dir)
+    mokutil_text = None
+    if tools.get("mokutil") and not (Path(paths.efivars_dir) / SECURE_BOOT_VAR).exists():
+        mokutil_text = _output(run, [str(tools["mokutil"]), "--sb-state"])
+    driver["secure_boot"] = secure_boot_state(paths.efivars_dir, mokutil_text)
+    return driver
 
+
+def _blacklist_problem(driver: dict[str, Any]) -> str | None:
+    if not driver["blacklisted_in"]:
+        return None
+    return (
+        "amdgpu is blacklisted in "
+        + ", ".join(driver["blacklisted_in"])
+        + ": remove the blacklist (ROCm runs on the amdgpu driver; "
+        "blacklisting it disables the GPUs)"
+    )
+
+
+def _unmatched_problem(unmatched: Items) -> str | None:
+    if not unmatched:
+        return None
+    return (
+        f"rocminfo lists {len(unmatched)} GPU agent(s) on bus addresses lspci did not show: "
+        + ", ".join(str(a.get("bdf")) for a in unmatched)
+    )
+
+
+def _kfd(dev_dir: str) -> dict[str, bool]:
     kfd = Path(dev_dir) / "kfd"
-    facts["kfd"] = {
+    return {
         "present": kfd.exists(),
         "accessible": kfd.exists() and os.access(kfd, os.R_OK | os.W_OK),
     }
-    info_version = _read(Path(rocm_path) / ".info" / "version")
-    facts["rocm_version"] = amd_smi["rocm_version"] or (
-        info_version.strip() if info_version else None
-    )
-    facts["rocm_installed"] = bool(tools.get("rocminfo") or tools.get("amd_smi") or info_version)
 
+
+def _gpu_summary(gpus: Items) -> dict[str, Any]:
+    return {
+        "gpus": gpus,
+        "count": len(gpus),
+        "archs": sorted({g["arch"] for g in gpus if g["arch"]}),
+        "products": sorted({g["product"] for g in gpus if g["product"]}),
+        "unknown_arch_count": sum(1 for g in gpus if not g["arch"]),
+    }
+
+
+def collect(
+    tools: dict[str, str | None],
+    run: Runner,
+    sources: Iterable[str] = SOURCES,
+    sys_module_dir: str = "/sys/module",
+    modprobe_dir: str = "/etc/modprobe.d",
+    dev_dir: str = "/dev",
+    rocm_path: str = "/opt/rocm",
+    efivars_dir: str = "/sys/firmware/efi/efivars",
+) -> dict[str, Any]:
+    """All GPU facts. ``tools`` maps the keys of :data:`TOOLS` to a path or None."""
+    paths = HostPaths(sys_module_dir, modprobe_dir, dev_dir, rocm_path, efivars_dir)
+    wanted = set(sources)
+    pci, pci_devices = collect_pci(tools.get("lspci"), run, "pci" in wanted)
+    rocminfo, agents = collect_rocminfo(tools.get("rocminfo"), run, "rocminfo" in wanted)
+    amd_smi, smi_gpus = collect_amd_smi(tools.get("amd_smi"), run, "amd_smi" in wanted)
+    rocm_smi = collect_rocm_smi(
+        tools.get("rocm_smi"), run, "rocm_smi" in wanted and amd_smi["status"] != "ok"
+    )
+    driver = collect_driver(tools, run, paths, amd_smi["amdgpu_version"], "driver" in wanted)
+    info_version = _read(Path(paths.rocm_path) / ".info" / "version")
     gpus, unmatched = merge_gpus(pci_devices, agents, smi_gpus)
-    if unmatched:
-        problems.append(
-            f"rocminfo lists {len(unmatched)} GPU agent(s) on bus addresses lspci did not show: "
-            + ", ".join(str(a.get("bdf")) for a in unmatched)
-        )
-    facts["gpus"] = gpus
-    facts["count"] = len(gpus)
-    facts["archs"] = sorted({g["arch"] for g in gpus if g["arch"]})
-    facts["products"] = sorted({g["product"] for g in gpus if g["product"]})
-    facts["unknown_arch_count"] = sum(1 for g in gpus if not g["arch"])
-    facts["problems"] = problems
-    return facts
+    problems = [s["error"] for s in (pci, rocminfo, amd_smi, rocm_smi) if s["error"]]
+    problems += [p for p in (_blacklist_problem(driver), _unmatched_problem(unmatched)) if p]
+    return {
+        "pci": pci,
+        "rocminfo": rocminfo,
+        "amd_smi": amd_smi,
+        "rocm_smi": rocm_smi,
+        "driver": driver,
+        "kfd": _kfd(paths.dev_dir),
+        "rocm_version": amd_smi["rocm_version"]
+        or (info_version.strip() if info_version else None),
+        "rocm_installed": bool(tools.get("rocminfo") or tools.get("amd_smi") or info_version),
+        **_gpu_summary(gpus),
+        "problems": problems,
+    }
