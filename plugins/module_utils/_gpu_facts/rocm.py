@@ -84,6 +84,98 @@ def _finish_agent(agent: dict[str, Any]) -> dict[str, Any]:
     return agent
 
 
+_SECTIONS = {"Pool Info": "pools", "ISA Info": "isa", "Cache Info": "cache"}
+_NO_GPU_AGENT = (
+    "rocminfo: no GPU agent (only CPU agents): the amdgpu driver is loaded but no GPU "
+    "was initialised (see dmesg for amdgpu errors, e.g. firmware loading)"
+)
+_KFD_UNUSABLE = (
+    "the KFD device is unusable here (inside a container: pass /dev/kfd and "
+    "/dev/dri with --device; on a host: the amdgpu driver failed to initialise, see dmesg)"
+)
+
+
+def _rock_state(text: str) -> tuple[bool | None, str | None]:
+    """``(rock_loaded, rock_version)`` from the ROCk module lines, if any."""
+    version = _ROCK_VERSION.search(text)
+    loaded = True if version or "ROCk module is loaded" in text else None
+    if "ROCk module is NOT loaded" in text:
+        loaded = False
+    return loaded, version.group("version") if version else None
+
+
+def _failure(lines: list[str]) -> dict[str, str] | None:
+    """The first line saying rocminfo could not reach the GPUs: {status, error[, kfd_reason]}."""
+    for line in lines:
+        if "Unable to open /dev/kfd" in line:
+            reason = line.split(":", 1)[1].strip() if ":" in line else line.strip()
+            hint = (
+                "add the user to the 'render' and 'video' groups"
+                if "Permission denied" in line
+                else _KFD_UNUSABLE
+            )
+            error = f"rocminfo: /dev/kfd: {reason}: {hint}"
+            return {"status": "kfd_error", "error": error, "kfd_reason": reason}
+        if "HSA_STATUS_ERROR" in line or line.startswith("hsa api call failure"):
+            return {"status": "hsa_error", "error": f"rocminfo: {line.strip()}"}
+    return None
+
+
+class _AgentReader:
+    """rocminfo's ``Agent N`` blocks, fed line by line; :meth:`agents` finishes them."""
+
+    def __init__(self) -> None:
+        self._done: list[dict[str, Any]] = []
+        self._agent: dict[str, Any] | None = None
+        self._section: str | None = None
+        self._pool: dict[str, str] | None = None
+
+    def feed(self, line: str) -> None:
+        stripped = line.strip()
+        header = _AGENT.match(stripped)
+        if header and not line.startswith(" "):
+            self._finish()
+            self._agent = {"index": int(header.group(1)), "_fields": {}, "_pools": [], "isas": []}
+            self._section = None
+            return
+        if self._agent is None or not stripped or stripped.startswith("***"):
+            return
+        if _POOL.match(line):
+            self._pool = {}
+            self._agent["_pools"].append(self._pool)
+            return
+        kv = _KV.match(line)
+        if kv:
+            key, value = kv.group("key").strip(), kv.group("value")
+            self._field(self._agent, len(kv.group("indent")), key, value)
+
+    def _field(self, agent: dict[str, Any], indent: int, key: str, value: str) -> None:
+        if indent <= 2:
+            self._section = _SECTIONS.get(key)
+            self._pool = None
+            agent["_fields"].setdefault(key, value)
+        elif self._section == "pools" and self._pool is not None:
+            self._pool.setdefault(key, value)
+        elif self._section == "isa" and key == "Name" and value.startswith("amdgcn"):
+            agent["isas"].append(value)
+
+    def _finish(self) -> None:
+        if self._agent is not None:
+            self._done.append(_finish_agent(self._agent))
+            self._agent = None
+
+    def agents(self) -> list[dict[str, Any]]:
+        self._finish()
+        return self._done
+
+
+def _read_agents(lines: list[str]) -> list[dict[str, Any]]:
+    reader = _AgentReader()
+    for line in lines:
+        reader.feed(line)
+    return reader.agents()
+
+
 def parse_rocminfo(text: str) -> dict[str, Any]:
     """Agents and status from ``rocminfo`` output (stdout + stderr).
 
@@ -93,25 +185,30 @@ def parse_rocminfo(text: str) -> dict[str, Any]:
     """
     text = strip_ansi(text or "")
     lines = text.splitlines()
+    rock_loaded, rock_version = _rock_state(text)
     result: dict[str, Any] = {
         "status": "unparsable",
-        "rock_loaded": None,
-        "rock_version": None,
+        "rock_loaded": rock_loaded,
+        "rock_version": rock_version,
         "error": None,
         "agents": [],
         "gpu_agents": [],
     }
-    version = _ROCK_VERSION.search(text)
-    if version:
-        result["rock_loaded"] = True
-        result["rock_version"] = version.group("version")
-    elif "ROCk module is loaded" in text:
-        result["rock_loaded"] = True
-    if "ROCk module is NOT loaded" in text:
-        result["rock_loaded"] = False
-        result["status"] = "rock_not_loaded"
-        result["error"] = f"rocminfo: ROCk module is NOT loaded: {ROCK_NOT_LOADED_HINT}"
-        return result
+    if rock_loaded is False:
+        error = f"rocminfo: ROCk module is NOT loaded: {ROCK_NOT_LOADED_HINT}"
+        return {**result, "status": "rock_not_loaded", "error": error}
+    failure = _failure(lines)
+    if failure:
+        return {**result, **failure}
+    agents = _read_agents(lines)
+    gpu_agents = [a for a in agents if a["device_type"] == "GPU"]
+    result.update(agents=agents, gpu_agents=gpu_agents)
+    if agents:
+        result["status"] = "ok" if gpu_agents else "no_gpus"
+        result["error"] = None if gpu_agents else _NO_GPU_AGENT
+    elif rock_loaded is None:
+        result["error"] = "rocminfo: output not recognised"
+    return result
     for line in lines:
         if "Unable to open /dev/kfd" in line:
             reason = line.split(":", 1)[1].strip() if ":" in line else line.strip()
