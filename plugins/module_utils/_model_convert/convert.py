@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import json_text, sha256_file
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import tokenizer as tok
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.direct import (
     open_direct,
@@ -55,7 +56,6 @@ from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.write
     copy_file,
     partial_dir,
     quick_gil_handover,
-    sha256_file,
     write_bytes,
     write_json,
     write_shard,
@@ -218,14 +218,11 @@ def verify_layout(root: Path) -> tuple[int, int]:
 
 
 def _diff(plan: Plan) -> dict[str, str]:
-    def dump(data: dict[str, Any]) -> str:
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
     return {
         "before_header": "config.json (src)",
         "after_header": "config.json (dest)",
-        "before": dump(plan.config_before),
-        "after": dump(plan.config_after),
+        "before": json_text(plan.config_before),
+        "after": json_text(plan.config_after),
     }
 
 

@@ -14,7 +14,6 @@ are fsynced in a helper thread under the next shard's copy.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import mmap
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import json_bytes
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.direct import (
     ALIGN,
     BLOCK,
@@ -455,7 +455,7 @@ def write_bytes(path: Path, data: bytes) -> dict[str, Any]:
 
 
 def write_json(path: Path, data: Any) -> dict[str, Any]:
-    return write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+    return write_bytes(path, json_bytes(data))
 
 
 def copy_file(src: Path, dst: Path) -> dict[str, Any]:
@@ -464,14 +464,6 @@ def copy_file(src: Path, dst: Path) -> dict[str, Any]:
         while data := fh.read(CHUNK):
             out.write(data)
     return out.close()
-
-
-def sha256_file(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as fh:
-        while data := fh.read(CHUNK):
-            sha.update(data)
-    return sha.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:

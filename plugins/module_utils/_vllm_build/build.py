@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file
+
 #: Targets of vLLM 0.6.x's setup.py (VLLM_TARGET_DEVICE) this collection knows how to build.
 #: ``empty`` builds no compiled extension (pure-Python wheel, version suffix ``+empty``).
 TARGET_DEVICES: tuple[str, ...] = ("rocm", "empty", "cpu")
@@ -372,14 +374,6 @@ def find_wheel(dist_dir: str | Path, name: str = "vllm") -> Path | None:
     """The newest ``<name>-*.whl`` in ``dist_dir``."""
     wheels = sorted(Path(dist_dir).glob(f"{name}-*.whl"), key=lambda p: p.stat().st_mtime)
     return wheels[-1] if wheels else None
-
-
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def run_build(

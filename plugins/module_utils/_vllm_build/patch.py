@@ -12,7 +12,6 @@ A failure stops the series before anything after it is touched. Standard library
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -73,10 +72,6 @@ def read_series(directory: str | Path) -> list[Path]:
             raise FileNotFoundError(f"{series} names missing patches: {', '.join(missing)}")
         return paths
     return sorted(p for p in directory.iterdir() if p.suffix in (".patch", ".diff"))
-
-
-def digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def apply_series(

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import ckpt_factory as cf
 import pytest
 import torch
+from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import convert as mc
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import write as mcw
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (
@@ -133,7 +134,7 @@ def test_index_manifest_and_hashes(legacy: Path, converted: tuple[Path, dict]) -
     assert manifest["tool"] == "instinct.vllm.model_convert"
     assert manifest["options"]["max_shard_size"] == 5 * 10**9
     for rel, info in manifest["files"].items():
-        assert mcw.sha256_file(dest / rel) == info["sha256"], rel
+        assert sha256_file(dest / rel) == info["sha256"], rel
     assert set(result["files"]) == {p.name for p in dest.iterdir()}
 
 
