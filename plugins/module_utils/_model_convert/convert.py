@@ -14,13 +14,21 @@ import os
 import re
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import json_text, sha256_file
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import tokenizer as tok
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.commit import (
+    DirLock,
+    clean_stale,
+    commit,
+    partial_dir,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.direct import (
     open_direct,
 )
@@ -46,19 +54,17 @@ from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.plan 
     split_shards,
     validate_llama,
 )
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.write import (
-    DirLock,
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.shard import (
     OutTensor,
     Progress,
-    Syncer,
-    clean_stale,
-    commit,
-    copy_file,
-    partial_dir,
     quick_gil_handover,
+    write_shard,
+)
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.writers import (
+    Syncer,
+    copy_file,
     write_bytes,
     write_json,
-    write_shard,
 )
 
 __all__ = ["ConvertError", "ConvertOptions", "convert"]
@@ -226,19 +232,9 @@ def _diff(plan: Plan) -> dict[str, str]:
     }
 
 
-def _write_all(
-    opts: ConvertOptions,
-    plan: Plan,
-    src: Path,
-    tmp: Path,
-    tensors_files: list[str],
-    progress: Progress | None,
-    paths: set[str],
-) -> dict[str, dict[str, Any]]:
-    """Write every output file into tmp; return {file: {size, sha256}} (paths: see write_shard)."""
-    files: dict[str, dict[str, Any]] = {}
-    out_tensors = {t: OutTensor(s, t, plan.out_dtype[t]) for s, t in plan.mapping}
-    total, done = plan.total_bytes, 0
+def _byte_counter(total: int, progress: Progress | None) -> Callable[[int, str], None]:
+    """The per-chunk callback of the shard writers: adds up the bytes, reports progress."""
+    done = 0
 
     def on_bytes(count: int, name: str) -> None:
         nonlocal done
@@ -246,76 +242,118 @@ def _write_all(
         if progress is not None:
             progress(done, total, name)
 
-    mode = tok.resolve_mode(opts.tokenizer, src)
+    return on_bytes
+
+
+def _start_tokenizer(mode: str, src: Path, plan: Plan) -> Future[dict[str, bytes]] | None:
+    """For mode "convert", build the tokenizer in a thread while the weights stream."""
+    if mode != "convert":
+        return None
     max_len = plan.config_after.get("max_position_embeddings")
     pool = ThreadPoolExecutor(1, "model_convert-tokenizer")
-    # the tokenizer (transformers import + conversion, CPU) is built while the weights stream
-    tokenizer_files = (
-        pool.submit(tok.build, src, max_len if isinstance(max_len, int) else None)
-        if mode == "convert"
-        else None
-    )
+    future = pool.submit(tok.build, src, max_len if isinstance(max_len, int) else None)
     pool.shutdown(wait=False)
+    return future
+
+
+@contextmanager
+def _source_fds(
+    src: Path, rels: list[str], direct_io: bool
+) -> Iterator[tuple[dict[str, int], dict[str, int] | None]]:
+    """Descriptors of the weight files: ``(fds, direct)``; direct is None unless all allow it."""
     fds: dict[str, int] = {}
     direct: dict[str, int | None] = {}
     try:
-        for rel in tensors_files:
+        for rel in rels:
             fds[rel] = os.open(src / rel, os.O_RDONLY)
-            direct[rel] = open_direct(src / rel, os.O_RDONLY) if opts.direct_io else None
+            direct[rel] = open_direct(src / rel, os.O_RDONLY) if direct_io else None
         usable = {rel: fd for rel, fd in direct.items() if fd is not None}
-        weight_map: dict[str, str] = {}
-        with Syncer() as syncer:
-            for shard_name, names in zip(plan.shard_names(), plan.shards, strict=True):
-                shard = [out_tensors[n] for n in names]
-                files[shard_name] = write_shard(
-                    src,
-                    tmp / shard_name,
-                    shard,
-                    fds,
-                    on_bytes,
-                    syncer,
-                    usable if len(usable) == len(fds) else None,
-                    paths,
-                )
-                weight_map.update(dict.fromkeys(names, shard_name))
+        yield fds, (usable if len(usable) == len(fds) else None)
     finally:
         for fd in [*fds.values(), *direct.values()]:
             if fd is not None:
                 os.close(fd)
+
+
+def _write_shards(
+    plan: Plan,
+    src: Path,
+    tmp: Path,
+    rels: list[str],
+    direct_io: bool,
+    on_bytes: Callable[[int, str], None],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], set[str]]:
+    """Every shard into tmp: ``(files, weight_map, ios)``; ios: the I/O paths the shards took."""
+    out_tensors = {t: OutTensor(s, t, plan.out_dtype[t]) for s, t in plan.mapping}
+    files: dict[str, dict[str, Any]] = {}
+    weight_map: dict[str, str] = {}
+    ios: set[str] = set()
+    with _source_fds(src, rels, direct_io) as (fds, direct), Syncer() as syncer:
+        for shard_name, names in zip(plan.shard_names(), plan.shards, strict=True):
+            shard = [out_tensors[n] for n in names]
+            done = write_shard(src, tmp / shard_name, shard, fds, on_bytes, syncer, direct)
+            files[shard_name] = done.info
+            ios.add(done.io)
+            weight_map.update(dict.fromkeys(names, shard_name))
+    return files, weight_map, ios
+
+
+def _write_configs(
+    plan: Plan, src: Path, tmp: Path, weight_map: dict[str, str]
+) -> dict[str, dict[str, Any]]:
     index = {
-        "metadata": {"total_size": total},
+        "metadata": {"total_size": plan.total_bytes},
         "weight_map": dict(sorted(weight_map.items())),
     }
-    files[ST_INDEX] = write_json(tmp / ST_INDEX, index)
-    files["config.json"] = write_json(tmp / "config.json", plan.config_after)
-    files["generation_config.json"] = write_json(
-        tmp / "generation_config.json", _generation_config(src, plan.config_after)
-    )
+    return {
+        ST_INDEX: write_json(tmp / ST_INDEX, index),
+        "config.json": write_json(tmp / "config.json", plan.config_after),
+        "generation_config.json": write_json(
+            tmp / "generation_config.json", _generation_config(src, plan.config_after)
+        ),
+    }
+
+
+def _write_tokenizer(
+    mode: str, src: Path, tmp: Path, built: Future[dict[str, bytes]] | None
+) -> dict[str, dict[str, Any]]:
+    """Tokenizer files: copied (mode copy), converted (mode convert) or none (skip)."""
+    files: dict[str, dict[str, Any]] = {}
     if mode == "copy":
         for name in tok.COPY_FILES:
             if (src / name).is_file():
                 files[name] = copy_file(src / name, tmp / name)
     elif mode == "convert":
         files["tokenizer.model"] = copy_file(src / "tokenizer.model", tmp / "tokenizer.model")
-        if tokenizer_files is None:
+        if built is None:
             raise RuntimeError("tokenizer conversion was not started for tokenizer mode 'convert'")
-        for name, data in tokenizer_files.result().items():
+        for name, data in built.result().items():
             files[name] = write_bytes(tmp / name, data)
-    for name in _extra_files(src):
-        files[name] = copy_file(src / name, tmp / name)
     return files
 
 
-def convert(
-    opts: ConvertOptions, progress: Progress | None = None, check: bool = False
-) -> dict[str, Any]:
-    """Convert (or, for a native checkpoint, verify) opts.src into opts.dest."""
-    started = time.monotonic()
-    src, dest = _check_paths(opts)
-    options = opts.manifest_view()
-    fingerprint = _fingerprint(src)  # names, sizes, mtimes: no reading
-    plan, layout, _tensors = make_plan(opts, src)
-    result: dict[str, Any] = {
+def _write_all(
+    opts: ConvertOptions,
+    plan: Plan,
+    src: Path,
+    tmp: Path,
+    tensors_files: list[str],
+    progress: Progress | None,
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Every output file into tmp: ``({file: {size, sha256}}, I/O paths of the shards)``."""
+    mode = tok.resolve_mode(opts.tokenizer, src)
+    built = _start_tokenizer(mode, src, plan)
+    on_bytes = _byte_counter(plan.total_bytes, progress)
+    files, weight_map, ios = _write_shards(plan, src, tmp, tensors_files, opts.direct_io, on_bytes)
+    files.update(_write_configs(plan, src, tmp, weight_map))
+    files.update(_write_tokenizer(mode, src, tmp, built))
+    for name in _extra_files(src):
+        files[name] = copy_file(src / name, tmp / name)
+    return files, ios
+
+
+def _new_result(plan: Plan, layout: SourceLayout) -> dict[str, Any]:
+    return {
         "changed": False,
         "native": plan.native,
         "profile": plan.profile,
@@ -328,29 +366,23 @@ def convert(
         "seconds": 0.0,
         "throughput_mb_s": 0.0,
     }
-    if plan.native:
-        count, nbytes = verify_layout(src)
-        result.update(
-            model_dir=str(src),
-            bytes=nbytes,
-            tensors=count,
-            shards=len(layout.files),
-            msg=f"{src} is a {plan.config_before.get('architectures')} safetensors checkpoint vLLM "
-            "serves natively: layout verified, nothing converted",
-        )
-        return result
-    result.update(
-        model_dir=str(dest),
-        bytes=plan.total_bytes,
-        shards=len(plan.shards),
-        diff=_diff(plan),
-    )
-    if not opts.force and _up_to_date(dest, fingerprint, options, opts.verify == "full"):
-        manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
-        result.update(files=[*sorted(manifest["files"]), MANIFEST], msg=f"{dest} is up to date")
-        result["seconds"] = round(time.monotonic() - started, 3)
-        return result
-    result["changed"] = True
+
+
+def _native(src: Path, plan: Plan, layout: SourceLayout) -> dict[str, Any]:
+    """The result's fields for a checkpoint vLLM serves as it is (verified, not converted)."""
+    count, nbytes = verify_layout(src)
+    return {
+        "model_dir": str(src),
+        "bytes": nbytes,
+        "tensors": count,
+        "shards": len(layout.files),
+        "msg": f"{src} is a {plan.config_before.get('architectures')} safetensors checkpoint vLLM "
+        "serves natively: layout verified, nothing converted",
+    }
+
+
+def _check_dest(opts: ConvertOptions, plan: Plan, dest: Path) -> None:
+    """dest is ours to replace (or force says so) and its filesystem has room."""
     foreign = dest.exists() and not (dest / MANIFEST).is_file()
     if foreign and not opts.force and (not dest.is_dir() or any(dest.iterdir())):
         raise ConvertError(
@@ -364,39 +396,90 @@ def convert(
             f"not enough free disk in {dest.parent}: need {needed / 1e9:.2f} GB, "
             f"free {free / 1e9:.2f} GB"
         )
-    if check:
-        result.update(files=plan.shard_names(), msg=f"would convert {src} into {dest}")
-        return result
-    paths: set[str] = set()
+
+
+def _manifest(
+    fingerprint: str,
+    layout: SourceLayout,
+    plan: Plan,
+    options: dict[str, Any],
+    files: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "tool": TOOL,
+        "tool_version": TOOL_VERSION,
+        "source": {
+            "fingerprint": fingerprint,
+            "format": layout.fmt,
+            "files": list(layout.files),
+        },
+        "profile": plan.profile,
+        "options": options,
+        "dropped": plan.dropped,
+        "files": dict(sorted(files.items())),
+    }
+
+
+def _convert_into(
+    opts: ConvertOptions,
+    plan: Plan,
+    layout: SourceLayout,
+    dests: tuple[Path, Path],
+    fingerprint: str,
+    progress: Progress | None,
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Write beside dest under the lock, verify, swap into place: ``(files, ios)``."""
+    src, dest = dests
     with DirLock(dest):
         clean_stale(dest)
         tmp = partial_dir(dest)
         tmp.mkdir()
         with quick_gil_handover():
-            files = _write_all(opts, plan, src, tmp, list(layout.files), progress, paths)
-        manifest = {
-            "tool": TOOL,
-            "tool_version": TOOL_VERSION,
-            "source": {
-                "fingerprint": fingerprint,
-                "format": layout.fmt,
-                "files": list(layout.files),
-            },
-            "profile": plan.profile,
-            "options": options,
-            "dropped": plan.dropped,
-            "files": dict(sorted(files.items())),
-        }
+            files, ios = _write_all(opts, plan, src, tmp, list(layout.files), progress)
+        manifest = _manifest(fingerprint, layout, plan, opts.manifest_view(), files)
         write_json(tmp / MANIFEST, manifest)
         if opts.verify != "none":
             verify_layout(tmp)
         commit(tmp, dest)
+    return files, ios
+
+
+def _up_to_date_result(dest: Path) -> dict[str, Any]:
+    manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
+    return {"files": [*sorted(manifest["files"]), MANIFEST], "msg": f"{dest} is up to date"}
+
+
+def convert(
+    opts: ConvertOptions, progress: Progress | None = None, check: bool = False
+) -> dict[str, Any]:
+    """Convert (or, for a native checkpoint, verify) opts.src into opts.dest."""
+    started = time.monotonic()
+    src, dest = _check_paths(opts)
+    options = opts.manifest_view()
+    fingerprint = _fingerprint(src)  # names, sizes, mtimes: no reading
+    plan, layout, _tensors = make_plan(opts, src)
+    result = _new_result(plan, layout)
+    if plan.native:
+        return {**result, **_native(src, plan, layout)}
+    result.update(
+        model_dir=str(dest), bytes=plan.total_bytes, shards=len(plan.shards), diff=_diff(plan)
+    )
+    if not opts.force and _up_to_date(dest, fingerprint, options, opts.verify == "full"):
+        result.update(_up_to_date_result(dest))
+        result["seconds"] = round(time.monotonic() - started, 3)
+        return result
+    result["changed"] = True
+    _check_dest(opts, plan, dest)
+    if check:
+        result.update(files=plan.shard_names(), msg=f"would convert {src} into {dest}")
+        return result
+    files, ios = _convert_into(opts, plan, layout, (src, dest), fingerprint, progress)
     seconds = time.monotonic() - started
     result.update(
         files=[*sorted(files), MANIFEST],
         seconds=round(seconds, 3),
         throughput_mb_s=round(plan.total_bytes / 1e6 / seconds, 1) if seconds > 0 else 0.0,
-        io="mixed" if len(paths) > 1 else next(iter(paths), "none"),
+        io="mixed" if len(ios) > 1 else next(iter(ios), "none"),
         msg=f"converted {src} into {dest}",
     )
     if opts.verify == "full" and not _up_to_date(dest, fingerprint, options, True):

@@ -14,7 +14,8 @@ import pytest
 import torch
 from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import convert as mc
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import write as mcw
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import shard as mcs
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import writers as mcw
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (
     MANIFEST,
     ConvertError,
@@ -514,7 +515,7 @@ def test_direct_kernel_copy_and_fallback_give_the_same_bytes(
     real = mcw.os.copy_file_range
     calls: list[int] = []
     reads: list[int] = []
-    real_read = mcw.read_range
+    real_read = mcs.read_range
 
     def copy_file_range(src_fd: int, dst_fd: int, count: int, offset_src: int) -> int:
         calls.append(count)
@@ -527,7 +528,7 @@ def test_direct_kernel_copy_and_fallback_give_the_same_bytes(
         return real_read(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(mcw.os, "copy_file_range", copy_file_range)
-    monkeypatch.setattr(mcw, "read_range", read_range)
+    monkeypatch.setattr(mcs, "read_range", read_range)
     dest = tmp_path / "dest"
     opts = _opts(tmp_path / "src", dest, profile="none", tokenizer="skip")
     opts.direct_io = kernel == "direct"
@@ -557,7 +558,7 @@ def test_direct_io_in_small_blocks_matches_the_buffered_path(
     opts.direct_io = False
     convert(opts)
     monkeypatch.setattr(mcd, "BLOCK", 3 * 4096)
-    monkeypatch.setattr(mcw, "BLOCK", 5 * 4096 + 512)  # read blocks not a multiple of ALIGN
+    monkeypatch.setattr(mcs, "BLOCK", 5 * 4096 + 512)  # read blocks not a multiple of ALIGN
     monkeypatch.setattr(mcd.PageCache, "fraction", lambda *_a: cached)
     writers: list[Path] = []
     real_create = mcd.DirectWriter.create.__func__  # type: ignore[attr-defined]
@@ -651,5 +652,5 @@ def test_gil_handover_interval_is_restored(
     monkeypatch.setattr(mc, "_write_all", spy)
     before = sys.getswitchinterval()
     convert(_opts(legacy, tmp_path / "dest"))
-    assert seen == [min(before, mcw.SWITCH_INTERVAL)]
+    assert seen == [min(before, mcs.SWITCH_INTERVAL)]
     assert sys.getswitchinterval() == before
