@@ -397,3 +397,78 @@ def test_probe_timeout_counts_without_counters() -> None:
     m.observe_probe(1.0, False, "timed out")
     tick(m, 1.0, wd.MetricsSample(running=3.0))
     assert not m.verdict(1.0).alive
+
+
+# Monitor.tick: what the main loop sends and logs ---------------------------------------------
+
+
+def notified(actions: list[object]) -> list[tuple[str, ...]]:
+    return [a.fields for a in actions if isinstance(a, wd.Notify)]
+
+
+def logged(actions: list[object]) -> list[tuple[str, int]]:
+    return [(a.message, a.level) for a in actions if isinstance(a, wd.Log)]
+
+
+def test_tick_loading_shows_status_once_and_never_pings() -> None:
+    m = wd.Monitor(cfg(), 0.0)
+    first = m.tick(0.0, ping_every=1.0)
+    assert notified(first) == [("STATUS=loading: /health not polled yet",)]
+    assert logged(first) == []
+    assert m.tick(5.0, ping_every=1.0) == []  # same status, not ready: nothing
+
+
+def test_tick_ready_once_then_pings_at_the_interval() -> None:
+    m = ready_monitor()
+    tick(m, 0.0, sample(10, 1))
+    first = m.tick(0.0, ping_every=2.0)
+    assert notified(first) == [
+        ("READY=1", "STATUS=serving m: running 1, waiting 0, KV cache 20.0%"),
+        ("WATCHDOG=1",),
+    ]
+    assert logged(first) == [
+        ("ready: /health 200 and 'm' listed", 6),
+        ("serving m: running 1, waiting 0, KV cache 20.0%", 6),
+    ]
+    assert m.tick(1.0, ping_every=2.0) == []  # ping not due yet, nothing changed
+    assert notified(m.tick(2.0, ping_every=2.0)) == [("WATCHDOG=1",)]
+    assert notified(m.tick(3.0)) == []  # pings off (no WATCHDOG_USEC)
+
+
+def test_tick_pauses_pings_while_stalled_and_logs_the_changes() -> None:
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 2))
+    m.tick(0.0, ping_every=1.0)
+    tick(m, 1.0, sample(100, 2))
+    tick(m, 11.0, sample(100, 2))
+    stalled = m.tick(11.0, ping_every=1.0)
+    assert ("WATCHDOG=1",) not in notified(stalled)
+    [(message, level)] = logged(stalled)
+    assert message.startswith("stalled: no token progress") and level == 4
+    assert message.endswith("(watchdog pings paused)")
+    tick(m, 12.0, sample(101, 2))
+    resumed = m.tick(12.0, ping_every=1.0)
+    assert ("WATCHDOG=1",) in notified(resumed)
+    assert logged(resumed)[0][0].endswith("(watchdog pings resumed)")
+
+
+def test_tick_warns_once_without_token_counters() -> None:
+    m = ready_monitor()
+    tick(m, 0.0, wd.MetricsSample(running=1.0))
+    warnings = [line for line in logged(m.tick(0.0)) if line[1] == 4]
+    assert warnings == [
+        (
+            "no vllm:* token counters in /metrics (--disable-log-stats?): stall detection off; "
+            "the watchdog relies on /health only",
+            4,
+        )
+    ]
+    assert [line for line in logged(m.tick(1.0)) if line[1] == 4] == []
+
+
+def test_tick_while_stopping_sends_no_ready() -> None:
+    m = ready_monitor()
+    assert m.stopping() == wd.Notify(("STOPPING=1", "STATUS=stopping"))
+    actions = m.tick(0.0, stop_requested=True, ping_every=1.0)
+    assert not any("READY=1" in fields for fields in notified(actions))
+    assert ("STATUS=stopping",) not in notified(actions)  # stopping() already said so
