@@ -115,43 +115,41 @@ def _split(items: list[Any], parts: int, weights: list[int]) -> list[list[Any]]:
     return [g for g in groups if g]
 
 
-def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[str, Any]:
-    """Write a legacy-format checkpoint into dest (created); return a summary."""
+def _random_tensor(shape: tuple[int, ...], gen: Any) -> Any:
+    """Norm weights near 1, matrices scaled by 1/sqrt(fan-in) (a model that runs, not one that
+    says anything)."""
     import torch
 
-    spec = spec or LegacySpec()
-    if spec.hidden_size % spec.num_attention_heads:
-        raise ValueError("hidden_size must be a multiple of num_attention_heads")
-    dest.mkdir(parents=True, exist_ok=True)
-    tok_vocab = train_tokenizer(dest / "tokenizer.model", spec.tokenizer_vocab)
-    vocab = spec.vocab_size or tok_vocab
-    if vocab < tok_vocab:
-        raise ValueError(f"vocab_size {vocab} is smaller than the tokenizer's {tok_vocab}")
+    if len(shape) == 1:
+        return 1.0 + 0.1 * torch.randn(shape, generator=gen)
+    return torch.randn(shape, generator=gen) * (1.0 / shape[1] ** 0.5)
+
+
+def _write_weights(
+    dest: Path, groups: list[list[tuple[str, tuple[int, ...]]]], spec: LegacySpec
+) -> tuple[dict[str, str], int]:
+    """One pytorch_model-N-of-M.bin per group: ``(weight_map, total bytes)``."""
+    import torch
+
     dtype = getattr(torch, spec.dtype)
     gen = torch.Generator().manual_seed(spec.seed)
-    names = legacy_names(spec, vocab)
-    groups = _split(
-        names,
-        spec.shards,
-        [max(1, s[0] * (s[1] if len(s) > 1 else 1)) for _name, s in names],
-    )
     weight_map: dict[str, str] = {}
     total = 0
     for n, group in enumerate(groups, start=1):
         fname = f"pytorch_model-{n:05d}-of-{len(groups):05d}.bin"
         state: dict[str, Any] = {}
         for name, shape in group:
-            if len(shape) == 1:
-                value = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-            else:
-                value = torch.randn(shape, generator=gen) * (1.0 / shape[1] ** 0.5)
-            state[name] = value.to(dtype)
+            state[name] = _random_tensor(shape, gen).to(dtype)
             weight_map[name] = fname
             total += state[name].numel() * state[name].element_size()
         torch.save(state, dest / fname)
         del state
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    config = {
+    return weight_map, total
+
+
+def _legacy_config(spec: LegacySpec, vocab: int) -> dict[str, Any]:
+    """config.json of the legacy format (RoPE base only in custom_rope_theta)."""
+    return {
         "architectures": ["GPTOSSForCausalLM"],
         "model_type": "gptoss",
         "hidden_size": spec.hidden_size,
@@ -170,19 +168,43 @@ def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[s
         "eos_token_id": 2,
         "torch_dtype": spec.dtype,
     }
-    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-    tok_config: dict[str, Any] = {
-        "add_bos_token": True,
-        "add_eos_token": False,
-        "legacy": True,
-    }
+
+
+def _tokenizer_config(spec: LegacySpec) -> dict[str, Any]:
+    config: dict[str, Any] = {"add_bos_token": True, "add_eos_token": False, "legacy": True}
     if spec.chat_template:
-        tok_config["chat_template"] = CHAT_TEMPLATE
+        config["chat_template"] = CHAT_TEMPLATE
+    return config
+
+
+def _largest_tensor_bytes(names: list[tuple[str, tuple[int, ...]]], dtype_name: str) -> int:
+    import torch
+
+    itemsize = torch.tensor([], dtype=getattr(torch, dtype_name)).element_size()
+    return max(torch.Size(s).numel() * itemsize for _name, s in names)
+
+
+def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[str, Any]:
+    """Write a legacy-format checkpoint into dest (created); return a summary."""
+    spec = spec or LegacySpec()
+    if spec.hidden_size % spec.num_attention_heads:
+        raise ValueError("hidden_size must be a multiple of num_attention_heads")
+    dest.mkdir(parents=True, exist_ok=True)
+    tok_vocab = train_tokenizer(dest / "tokenizer.model", spec.tokenizer_vocab)
+    vocab = spec.vocab_size or tok_vocab
+    if vocab < tok_vocab:
+        raise ValueError(f"vocab_size {vocab} is smaller than the tokenizer's {tok_vocab}")
+    names = legacy_names(spec, vocab)
+    weights = [max(1, s[0] * (s[1] if len(s) > 1 else 1)) for _name, s in names]
+    groups = _split(names, spec.shards, weights)
+    weight_map, total = _write_weights(dest, groups, spec)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
     for path, data in (
         ("pytorch_model.bin.index.json", index),
-        ("config.json", config),
+        ("config.json", _legacy_config(spec, vocab)),
         ("special_tokens_map.json", special),
-        ("tokenizer_config.json", tok_config),
+        ("tokenizer_config.json", _tokenizer_config(spec)),
     ):
         (dest / path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.sync()
@@ -192,8 +214,5 @@ def make_legacy_checkpoint(dest: Path, spec: LegacySpec | None = None) -> dict[s
         "tensors": len(names),
         "bytes": total,
         "vocab_size": vocab,
-        "largest_tensor_bytes": max(
-            torch.Size(s).numel() * torch.tensor([], dtype=dtype).element_size()
-            for _name, s in names
-        ),
+        "largest_tensor_bytes": _largest_tensor_bytes(names, spec.dtype),
     }
