@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters for the role preflight; the logic is in module_utils/preflight.py.
+"""Filters for the role preflight; the logic is in plugin_utils/preflight.py.
 
 Usage::
 

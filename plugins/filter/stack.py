@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over the stack matrix (files/stacks.yml); the logic is in module_utils/stack_matrix.
+"""Filters over the stack matrix (files/stacks.yml); the logic is in plugin_utils/stack_matrix.
 
 Usage::
 

@@ -12,7 +12,7 @@ instead: `cachestat(2)` (Linux 6.5) says how much of a range is cached, without 
 it is missing, ranges are read directly.
 
 Used when both the source files and the output directory accept O_DIRECT (tmpfs does not, for
-one); otherwise model_convert_write's copy_file_range path runs.
+one); otherwise shard.py's copy_file_range path runs.
 """
 
 from __future__ import annotations

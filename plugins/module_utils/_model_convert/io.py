@@ -2,7 +2,7 @@
 
 Importing this file needs only the standard library, and so does reading the usual checkpoints.
 
-A `.bin` shard (zip-format torch pickle) is read by model_convert_torchzip: its pickle is loaded
+A `.bin` shard (zip-format torch pickle) is read by torchzip.py: its pickle is loaded
 with an allow-list of the few torch callables a state dict uses (nothing is imported or called
 besides) and each storage's byte offset comes from the zip directory, so no tensor data is read
 or mapped and torch is not imported. Anything else (an old non-zip checkpoint, an unknown pickle
@@ -221,7 +221,7 @@ def _bin_tensor(
 
 
 def _bin_tensors_zip(root: Path, rel: str) -> list[SourceTensor]:
-    """Without torch: the allow-listed unpickler of model_convert_torchzip."""
+    """Without torch: the allow-listed unpickler of torchzip.py."""
     path = root / rel
     state, members = torchzip.read(path, frozenset(TORCH_TO_ST))
     out: list[SourceTensor] = []

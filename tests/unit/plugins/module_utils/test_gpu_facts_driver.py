@@ -1,4 +1,4 @@
-"""amdgpu driver state (module_utils/gpu_facts_driver.py) on real outputs and fake sysfs trees."""
+"""amdgpu driver state (module_utils/_gpu_facts/driver.py) on real outputs and fake sysfs trees."""
 
 from __future__ import annotations
 

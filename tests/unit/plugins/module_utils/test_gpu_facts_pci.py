@@ -1,4 +1,4 @@
-"""lspci parsing (module_utils/gpu_facts_pci.py) on real recorded outputs."""
+"""lspci parsing (module_utils/_gpu_facts/pci.py) on real recorded outputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""rocminfo / amd-smi / rocm-smi parsing (module_utils/gpu_facts_rocm.py) on real outputs."""
+"""rocminfo / amd-smi / rocm-smi parsing (module_utils/_gpu_facts/rocm.py) on real outputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""model_convert_direct: the page-cache probe and the O_DIRECT writer, on the real kernel."""
+"""_model_convert/direct.py: the page-cache probe and the O_DIRECT writer, on the real kernel."""
 
 from __future__ import annotations
 

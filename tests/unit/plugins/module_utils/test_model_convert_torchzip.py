@@ -1,4 +1,4 @@
-"""model_convert_torchzip: .bin tensor descriptors without torch agree with torch.load's."""
+"""_model_convert/torchzip.py: .bin tensor descriptors without torch agree with torch.load's."""
 
 from __future__ import annotations
 

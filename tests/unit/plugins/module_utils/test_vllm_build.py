@@ -1,4 +1,4 @@
-"""module_utils/vllm_build.py: build key, MAX_JOBS, archs, environment, requirements, logs."""
+"""module_utils/_vllm_build/build.py: build key, MAX_JOBS, archs, environment, requirements, logs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""module_utils/vllm_build_patch.py with GNU patch: check, apply, detect an applied series."""
+"""module_utils/_vllm_build/patch.py with GNU patch: check, apply, detect an applied series."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Preflight checks (module_utils/preflight.py) with GPU facts built from real MI300X outputs."""
+"""Preflight checks (plugin_utils/preflight.py) with GPU facts built from real MI300X outputs."""
 
 from __future__ import annotations
 

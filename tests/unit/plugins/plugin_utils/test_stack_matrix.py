@@ -1,4 +1,4 @@
-"""Tests for the stack matrix (module_utils/stack_matrix.py) and its filters."""
+"""Tests for the stack matrix (plugin_utils/stack_matrix.py) and its filters."""
 
 from __future__ import annotations
 
