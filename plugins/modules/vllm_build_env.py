@@ -105,6 +105,7 @@ stamp_matches: {description: The stamp records this key., type: bool, returned: 
 """
 
 import os  # noqa: E402
+from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import (  # noqa: E402
@@ -120,66 +121,72 @@ from ansible_collections.instinct.vllm.plugins.module_utils.vllm_build import ( 
     resolve_archs,
 )
 
+ARGUMENT_SPEC = {
+    "source": {"type": "dict", "required": True},
+    "vllm_version": {"type": "str", "required": True},
+    "torch_version": {"type": "str", "required": True},
+    "torch_index": {"type": "str"},
+    "rocm_version": {"type": "str"},
+    "rocm_path": {"type": "str"},
+    "stack_archs": {"type": "list", "elements": "str", "default": []},
+    "facts_archs": {"type": "list", "elements": "str", "default": []},
+    "arch_override": {"type": "str", "default": ""},
+    "max_jobs": {"type": "int", "default": 0},
+    "gib_per_job": {"type": "float", "default": 8},
+    "venv": {"type": "str", "required": True},
+    "extra_env": {"type": "dict", "default": {}},
+    "patches": {"type": "list", "elements": "dict", "default": []},
+    "stamp_path": {"type": "str", "required": True},
+    "meminfo_path": {"type": "str", "default": "/proc/meminfo"},
+}
+
+
+def build_plan(p: dict[str, Any]) -> dict[str, Any]:
+    """Archs, MAX_JOBS, environment and key inputs from the module's parameters."""
+    source = check_source(p["source"])
+    archs, origin = resolve_archs(
+        p["arch_override"], p["facts_archs"], p["stack_archs"], source["target_device"]
+    )
+    with open(p["meminfo_path"], encoding="utf-8") as handle:
+        mem = parse_meminfo(handle.read())
+    cores = len(os.sched_getaffinity(0))
+    jobs, reason = max_jobs(cores, mem, p["gib_per_job"], p["max_jobs"])
+    extra = {str(k): str(v) for k, v in p["extra_env"].items()}
+    env = build_env(source["target_device"], archs, jobs, p["venv"], p["rocm_path"], extra)
+    inputs = key_inputs(
+        p["vllm_version"],
+        source,
+        p["patches"],
+        p["torch_version"],
+        p["torch_index"],
+        p["rocm_version"],
+        archs,
+        extra,
+    )
+    return {
+        "key_inputs": inputs,
+        "env": env,
+        "archs": archs,
+        "archs_origin": origin,
+        "max_jobs": jobs,
+        "max_jobs_reason": reason,
+        "cores": cores,
+        "mem_available_gib": round(mem / GIB, 1),
+    }
+
 
 def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "source": {"type": "dict", "required": True},
-            "vllm_version": {"type": "str", "required": True},
-            "torch_version": {"type": "str", "required": True},
-            "torch_index": {"type": "str"},
-            "rocm_version": {"type": "str"},
-            "rocm_path": {"type": "str"},
-            "stack_archs": {"type": "list", "elements": "str", "default": []},
-            "facts_archs": {"type": "list", "elements": "str", "default": []},
-            "arch_override": {"type": "str", "default": ""},
-            "max_jobs": {"type": "int", "default": 0},
-            "gib_per_job": {"type": "float", "default": 8},
-            "venv": {"type": "str", "required": True},
-            "extra_env": {"type": "dict", "default": {}},
-            "patches": {"type": "list", "elements": "dict", "default": []},
-            "stamp_path": {"type": "str", "required": True},
-            "meminfo_path": {"type": "str", "default": "/proc/meminfo"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        source = check_source(p["source"])
-        archs, origin = resolve_archs(
-            p["arch_override"], p["facts_archs"], p["stack_archs"], source["target_device"]
-        )
-        with open(p["meminfo_path"], encoding="utf-8") as handle:
-            mem = parse_meminfo(handle.read())
-        cores = len(os.sched_getaffinity(0))
-        jobs, reason = max_jobs(cores, mem, p["gib_per_job"], p["max_jobs"])
-        extra = {str(k): str(v) for k, v in p["extra_env"].items()}
-        env = build_env(source["target_device"], archs, jobs, p["venv"], p["rocm_path"], extra)
-        inputs = key_inputs(
-            p["vllm_version"],
-            source,
-            p["patches"],
-            p["torch_version"],
-            p["torch_index"],
-            p["rocm_version"],
-            archs,
-            extra,
-        )
+        plan = build_plan(module.params)
     except (BuildInputError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    key = build_key(inputs)
-    stamp = read_stamp(p["stamp_path"])
+    key = build_key(plan["key_inputs"])
+    stamp = read_stamp(module.params["stamp_path"])
     module.exit_json(
         changed=False,
         key=key,
-        key_inputs=inputs,
-        env=env,
-        archs=archs,
-        archs_origin=origin,
-        max_jobs=jobs,
-        max_jobs_reason=reason,
-        cores=cores,
-        mem_available_gib=round(mem / GIB, 1),
+        **plan,
         stamp=stamp,
         stamp_matches=bool(stamp and stamp.get("key") == key),
     )
