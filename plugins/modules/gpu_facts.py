@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Gather AMD Instinct GPU facts (thin module; the logic is in module_utils/gpu_facts.py and _gpu_facts/)."""
+"""Gather AMD Instinct GPU facts (thin module; the logic is in module_utils/_gpu_facts/)."""
 
 from __future__ import annotations
 

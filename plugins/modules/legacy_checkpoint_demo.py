@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Ansible module instinct.vllm.legacy_checkpoint_demo (logic: module_utils/_model_convert/demo.py)."""
+"""Ansible module instinct.vllm.legacy_checkpoint_demo (logic: _model_convert/demo.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU facts collection (module_utils/gpu_facts.py and _gpu_facts/collect.py) and the gpu_facts module, on real outputs."""
+"""GPU facts collection (_gpu_facts/collect.py) and the gpu_facts module, on real outputs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""module_utils/_vllm_build/build.py: build key, MAX_JOBS, archs, environment, requirements, logs."""
+"""_vllm_build/build.py: build key, MAX_JOBS, archs, environment, requirements, logs."""
 
 from __future__ import annotations
 
