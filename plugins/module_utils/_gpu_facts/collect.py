@@ -185,6 +185,18 @@ class HostPaths:
 Items = list[dict[str, Any]]
 
 
+def _skipped(tool: str | None, **fields: Any) -> dict[str, Any]:
+    """A tool's section before the tool runs: skipped, no error, its fields empty."""
+    return {"tool": tool, "status": "skipped", "error": None, **fields}
+
+
+def _runnable(section: dict[str, Any], tool: str | None, wanted: bool) -> bool:
+    """Whether to run the tool; a wanted tool that is missing marks the section not_installed."""
+    if wanted and not tool:
+        section.update(_NOT_INSTALLED)
+    return bool(wanted and tool)
+
+
 def collect_pci(tool: str | None, run: Runner, wanted: bool = True) -> tuple[dict[str, Any], Items]:
     """lspci: the AMD PCI functions; ``(section, devices)``."""
     pci: dict[str, Any] = {"tool": tool, "status": "skipped", "count": 0, "error": None}
@@ -206,19 +218,10 @@ def collect_rocminfo(
     tool: str | None, run: Runner, wanted: bool = True
 ) -> tuple[dict[str, Any], Items]:
     """rocminfo: the HSA agents; ``(section, gpu_agents)``."""
-    section: dict[str, Any] = {
-        "tool": tool,
-        "status": "skipped",
-        "error": None,
-        "rock_loaded": None,
-        "rock_version": None,
-        "gpu_agent_count": 0,
-        "cpu_agent_count": 0,
-    }
-    if not wanted:
-        return section, []
-    if not tool:
-        section.update(_NOT_INSTALLED)
+    section = _skipped(
+        tool, rock_loaded=None, rock_version=None, gpu_agent_count=0, cpu_agent_count=0
+    )
+    if not _runnable(section, tool, wanted):
         return section, []
     parsed = parse_rocminfo(_output(run, [str(tool)]))
     section.update(
@@ -236,19 +239,8 @@ def collect_amd_smi(
     tool: str | None, run: Runner, wanted: bool = True
 ) -> tuple[dict[str, Any], Items]:
     """amd-smi static and version: ``(section, gpus)``."""
-    section: dict[str, Any] = {
-        "tool": tool,
-        "status": "skipped",
-        "error": None,
-        "gpu_count": 0,
-        "rocm_version": None,
-        "amdgpu_version": None,
-        "version": None,
-    }
-    if not wanted:
-        return section, []
-    if not tool:
-        section.update(_NOT_INSTALLED)
+    section = _skipped(tool, gpu_count=0, rocm_version=None, amdgpu_version=None, version=None)
+    if not _runnable(section, tool, wanted):
         return section, []
     parsed = parse_amd_smi_static(_output(run, [str(tool), "static", "--json"]))
     version = parse_amd_smi_version(_output(run, [str(tool), "version", "--json"]))
@@ -265,17 +257,8 @@ def collect_amd_smi(
 
 def collect_rocm_smi(tool: str | None, run: Runner, wanted: bool = True) -> dict[str, Any]:
     """rocm-smi (the caller asks only when amd-smi gave nothing): its section."""
-    section: dict[str, Any] = {
-        "tool": tool,
-        "status": "skipped",
-        "error": None,
-        "gpu_count": 0,
-        "ids": [],
-    }
-    if not wanted:
-        return section
-    if not tool:
-        section.update(_NOT_INSTALLED)
+    section = _skipped(tool, gpu_count=0, ids=[])
+    if not _runnable(section, tool, wanted):
         return section
     parsed = parse_rocm_smi(_output(run, [str(tool)]))
     section.update(
