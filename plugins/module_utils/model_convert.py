@@ -2,8 +2,9 @@
 
 The modules model_convert and legacy_checkpoint_demo and the files/model-convert CLI import
 from here. Inside `_model_convert/`: convert.py (the pipeline), plan.py (what to write), io.py
-and torchzip.py (reading), direct.py (O_DIRECT), write.py (writers, shards, commit),
-tokenizer.py, demo.py (the legacy demo checkpoint), cli.py (the command line).
+and torchzip.py (reading), direct.py (O_DIRECT), shard.py (safetensors shards), writers.py
+(hashed output files, flushes), commit.py (lock, partial dir, swap into place), tokenizer.py,
+demo.py (the legacy demo checkpoint), cli.py (the command line).
 """
 
 from __future__ import annotations
