@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.direct import (
     ALIGN,
@@ -47,8 +47,9 @@ from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.write
 PREFETCH = 3
 SWITCH_INTERVAL = 0.0005  # s, see quick_gil_handover
 Progress = Callable[[int, int, str], None]
-Chunks = Iterator[tuple["OutTensor", bytes | memoryview]]
 Counter = Callable[["OutTensor", int], None]
+if TYPE_CHECKING:  # bytes | memoryview outside an annotation needs Python 3.10
+    Chunks = Iterator[tuple["OutTensor", bytes | memoryview]]
 
 
 @dataclass(frozen=True)
