@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.direct import (
     ALIGN,
@@ -48,8 +48,7 @@ PREFETCH = 3
 SWITCH_INTERVAL = 0.0005  # s, see quick_gil_handover
 Progress = Callable[[int, int, str], None]
 Counter = Callable[["OutTensor", int], None]
-if TYPE_CHECKING:  # bytes | memoryview outside an annotation needs Python 3.10
-    Chunks = Iterator[tuple["OutTensor", bytes | memoryview]]
+Chunks = Iterator[tuple["OutTensor", "bytes | memoryview"]]  # quoted: pylint's py-version
 
 
 @dataclass(frozen=True)
