@@ -140,29 +140,26 @@ def _check_disks(
         )
 
 
-def _check_gpus(
+def _check_gpu_count(
     f: _Findings, stack: Mapping[str, Any], gpus: Mapping[str, Any], expected: int | None
-) -> None:
+) -> bool:
+    """gpu_count; False when no GPU was found (the other GPU checks then say nothing)."""
     count = int(gpus.get("count") or 0)
-    wanted_archs = list(stack["gpu_archs"])
-    sources = (
-        f"pci: {gpus.get('pci', {}).get('status', '?')}, "
-        f"rocminfo: {gpus.get('rocminfo', {}).get('status', '?')}"
-    )
-    problems = "; ".join(gpus.get("problems") or [])
-    if not wanted_archs:  # a stack without GPUs (cpu): any count, GPUs are not used
-        f.add("gpu_count", True)
-        return
     if count == 0:
+        sources = (
+            f"pci: {gpus.get('pci', {}).get('status', '?')}, "
+            f"rocminfo: {gpus.get('rocminfo', {}).get('status', '?')}"
+        )
+        problems = "; ".join(gpus.get("problems") or [])
         f.add(
             "gpu_count",
             False,
             f"no AMD Instinct GPU found (preflight_gpus.count is 0; {sources}"
             f"{'; ' + problems if problems else ''}); stack '{stack['name']}' needs "
-            f"{'/'.join(wanted_archs)} GPUs. Fix: check `lspci -nn -d 1002:` on the host, or "
-            f"use a stack without GPUs (instinct_vllm_stack: cpu).",
+            f"{'/'.join(stack['gpu_archs'])} GPUs. Fix: check `lspci -nn -d 1002:` on the host, "
+            f"or use a stack without GPUs (instinct_vllm_stack: cpu).",
         )
-        return
+        return False
     if expected is not None and count != expected:
         f.add(
             "gpu_count",
@@ -173,20 +170,28 @@ def _check_gpus(
         )
     else:
         f.add("gpu_count", True)
+    return True
+
+
+def _check_gpu_archs(f: _Findings, stack: Mapping[str, Any], gpus: Mapping[str, Any]) -> None:
+    wanted_archs = list(stack["gpu_archs"])
     unknown = [g for g in gpus.get("gpus", []) if not g.get("arch")]
     bad = sorted({g["arch"] for g in gpus.get("gpus", []) if g.get("arch")} - set(wanted_archs))
-    if unknown or bad:
-        named = sorted({str(g.get("product")) for g in unknown})
-        f.add(
-            "gpu_arch",
-            False,
-            f"GPU archs (preflight_gpus.archs) {', '.join(bad) or ''}"
-            f"{' and unknown devices ' + ', '.join(named) if named else ''} are not supported "
-            f"by stack '{stack['name']}' ({', '.join(wanted_archs)}). Fix: pick a stack whose "
-            f"gpu_archs include them (instinct_vllm_stack).",
-        )
-    else:
+    if not (unknown or bad):
         f.add("gpu_arch", True)
+        return
+    named = sorted({str(g.get("product")) for g in unknown})
+    f.add(
+        "gpu_arch",
+        False,
+        f"GPU archs (preflight_gpus.archs) {', '.join(bad) or ''}"
+        f"{' and unknown devices ' + ', '.join(named) if named else ''} are not supported "
+        f"by stack '{stack['name']}' ({', '.join(wanted_archs)}). Fix: pick a stack whose "
+        f"gpu_archs include them (instinct_vllm_stack).",
+    )
+
+
+def _check_gpu_vram(f: _Findings, stack: Mapping[str, Any], gpus: Mapping[str, Any]) -> None:
     min_vram = stack.get("min_vram_gib_per_gpu")
     small = [
         g
@@ -199,6 +204,17 @@ def _check_gpus(
         f"{len(small)} GPU(s) have less than the stack's min_vram_gib_per_gpu ({min_vram} GiB): "
         + ", ".join(f"{g.get('bdf')}: {g.get('vram_gib')} GiB" for g in small),
     )
+
+
+def _check_gpus(
+    f: _Findings, stack: Mapping[str, Any], gpus: Mapping[str, Any], expected: int | None
+) -> None:
+    if not stack["gpu_archs"]:  # a stack without GPUs (cpu): any count, GPUs are not used
+        f.add("gpu_count", True)
+        return
+    if _check_gpu_count(f, stack, gpus, expected):
+        _check_gpu_archs(f, stack, gpus)
+        _check_gpu_vram(f, stack, gpus)
 
 
 def _check_parallel(
