@@ -92,6 +92,67 @@ def _fill(gpu: dict[str, Any], key: str, value: Any, override: bool = False) -> 
         gpu[key] = value
 
 
+_AGENT_FIELDS = (
+    ("marketing_name", "marketing_name"),
+    ("compute_units", "compute_units"),
+    ("vram_gib", "vram_gib"),
+    ("uuid", "uuid"),
+    ("node", "node"),
+    ("device_id", "chip_id"),
+    ("product", "product"),
+)
+_SMI_FIELDS = (
+    ("arch", "arch"),
+    ("marketing_name", "market_name"),
+    ("compute_units", "compute_units"),
+    ("vram_gib", "vram_gib"),
+    ("device_id", "device_id"),
+    ("product", "product"),
+)
+
+
+def _add_source(gpu: dict[str, Any], source: str) -> None:
+    if source not in gpu["sources"]:
+        gpu["sources"].append(source)
+
+
+def _merge_agents(
+    gpus: dict[str, dict[str, Any]], agents: list[dict[str, Any]], have_pci: bool
+) -> list[dict[str, Any]]:
+    """rocminfo agents into gpus (by bus address); returns the agents PCI did not list."""
+    unmatched: list[dict[str, Any]] = []
+    for index, agent in enumerate(agents):
+        key = agent.get("bdf") or f"agent-{index}"
+        gpu = gpus.get(key)
+        if gpu is None:
+            if have_pci:
+                unmatched.append(agent)
+                continue
+            gpu = gpus[key] = _empty_gpu(f"0000:{agent['bdf']}" if agent.get("bdf") else None)
+        gpu["partitions"] += 1
+        _add_source(gpu, "rocminfo")
+        _fill(gpu, "arch", agent.get("arch"), override=True)
+        for field, key_in_agent in _AGENT_FIELDS:
+            _fill(gpu, field, agent.get(key_in_agent))
+    return unmatched
+
+
+def _merge_smi(
+    gpus: dict[str, dict[str, Any]], smi: list[dict[str, Any]], have_pci: bool
+) -> None:
+    """amd-smi entries into gpus (by bus address); without PCI data they add GPUs."""
+    for entry in smi:
+        key = short_bdf(entry["bdf"]) if entry.get("bdf") else None
+        gpu = gpus.get(key) if key else None
+        if gpu is None:
+            if have_pci or key is None:
+                continue
+            gpu = gpus[key] = _empty_gpu(entry["bdf"])
+        _add_source(gpu, "amd_smi")
+        for field, key_in_entry in _SMI_FIELDS:
+            _fill(gpu, field, entry.get(key_in_entry))
+
+
 def merge_gpus(
     pci: list[dict[str, Any]],
     agents: list[dict[str, Any]],
@@ -108,41 +169,8 @@ def merge_gpus(
     for dev in pci:
         gpus.setdefault(short_bdf(dev["bdf"]), _gpu_from_pci(dev))
     have_pci = bool(gpus)
-    unmatched: list[dict[str, Any]] = []
-    for index, agent in enumerate(agents):
-        key = agent.get("bdf") or f"agent-{index}"
-        gpu = gpus.get(key)
-        if gpu is None:
-            if have_pci:
-                unmatched.append(agent)
-                continue
-            gpu = gpus[key] = _empty_gpu(f"0000:{agent['bdf']}" if agent.get("bdf") else None)
-        gpu["partitions"] += 1
-        if "rocminfo" not in gpu["sources"]:
-            gpu["sources"].append("rocminfo")
-        _fill(gpu, "arch", agent.get("arch"), override=True)
-        _fill(gpu, "marketing_name", agent.get("marketing_name"))
-        _fill(gpu, "compute_units", agent.get("compute_units"))
-        _fill(gpu, "vram_gib", agent.get("vram_gib"))
-        _fill(gpu, "uuid", agent.get("uuid"))
-        _fill(gpu, "node", agent.get("node"))
-        _fill(gpu, "device_id", agent.get("chip_id"))
-        _fill(gpu, "product", agent.get("product"))
-    for entry in smi:
-        key = short_bdf(entry["bdf"]) if entry.get("bdf") else None
-        gpu = gpus.get(key) if key else None
-        if gpu is None:
-            if have_pci or key is None:
-                continue
-            gpu = gpus[key] = _empty_gpu(entry["bdf"])
-        if "amd_smi" not in gpu["sources"]:
-            gpu["sources"].append("amd_smi")
-        _fill(gpu, "arch", entry.get("arch"))
-        _fill(gpu, "marketing_name", entry.get("market_name"))
-        _fill(gpu, "compute_units", entry.get("compute_units"))
-        _fill(gpu, "vram_gib", entry.get("vram_gib"))
-        _fill(gpu, "device_id", entry.get("device_id"))
-        _fill(gpu, "product", entry.get("product"))
+    unmatched = _merge_agents(gpus, agents, have_pci)
+    _merge_smi(gpus, smi, have_pci)
     return list(gpus.values()), unmatched
 
 
