@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from role_cases import role_params
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "assert.yml").exists())
@@ -44,16 +45,7 @@ def _problems(role: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "role",
-    [
-        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=_NOT_YET[r.name]))
-        if r.name in _NOT_YET
-        else r
-        for r in ROLES
-    ],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("role", role_params(ROLES, _NOT_YET), ids=lambda p: p.name)
 def test_one_rule_per_assert_naming_its_variable(role: Path) -> None:
     assert _asserts(role), f"{role.name}: tasks/assert.yml has no assert"
     problems = _problems(role)

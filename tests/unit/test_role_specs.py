@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from role_cases import role_params
 
 ROLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "roles").iterdir() if p.is_dir())
 
@@ -57,16 +58,7 @@ _DEFAULTS_DIFFER = {
 }
 
 
-@pytest.mark.parametrize(
-    "role",
-    [
-        pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=_DEFAULTS_DIFFER[r.name]))
-        if r.name in _DEFAULTS_DIFFER
-        else r
-        for r in ROLES
-    ],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("role", role_params(ROLES, _DEFAULTS_DIFFER), ids=lambda p: p.name)
 def test_spec_defaults_equal_the_role_defaults(role: Path) -> None:
     """ansible-doc shows the spec's default; the role uses defaults/main.yml: they must agree.
 

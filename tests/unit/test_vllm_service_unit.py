@@ -24,8 +24,9 @@ PLAYBOOK = """
   connection: local
   tasks:
     - ansible.builtin.validate_argument_spec:
-        argument_spec: "{{ (lookup('ansible.builtin.file', repo ~ '/roles/vllm_service/meta/argument_specs.yml')
-          | from_yaml).argument_specs.main.options }}"
+        argument_spec: "{{ (lookup('ansible.builtin.file', spec) | from_yaml).argument_specs.main.options }}"
+      vars:
+        spec: "{{ repo }}/roles/vllm_service/meta/argument_specs.yml"
     - ansible.builtin.include_role:
         name: instinct.vllm.vllm_service
         tasks_from: assert.yml
