@@ -24,9 +24,10 @@ PLAYBOOK = """
   connection: local
   tasks:
     - ansible.builtin.validate_argument_spec:
-        argument_spec: "{{ (lookup('ansible.builtin.file', spec) | from_yaml).argument_specs.main.options }}"
+        argument_spec: "{{ spec.argument_specs.main.options }}"
       vars:
-        spec: "{{ repo }}/roles/vllm_service/meta/argument_specs.yml"
+        spec: "{{ lookup('ansible.builtin.file', spec_path) | from_yaml }}"
+        spec_path: "{{ repo }}/roles/vllm_service/meta/argument_specs.yml"
     - ansible.builtin.include_role:
         name: instinct.vllm.vllm_service
         tasks_from: assert.yml
