@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters for the role preflight; the logic is in plugin_utils/preflight.py.
 
-Usage::
+Each filter is documented in the YAML file of its name beside this one (preflight_evaluate.yml,
+mount_for.yml). Usage::
 
-    preflight_stack | instinct.vllm.preflight_evaluate(ansible_facts, preflight_gpus, settings,
-                                                        instinct_vllm_stacks_extra)
+    instinct_vllm_stack_resolved | instinct.vllm.preflight_evaluate(ansible_facts,
+        preflight_gpus, settings, instinct_vllm_stacks_extra)
     '/srv/models' | instinct.vllm.mount_for(ansible_facts.mounts)
 """
 

@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters over the stack matrix (files/stacks.yml); the logic is in plugin_utils/stack_matrix.
 
-Usage::
+The documentation of each filter is the YAML file of its name beside this one (stack.yml,
+stack_names.yml, ...): Ansible reads one documentation per filter name. Usage::
 
-    instinct_vllm_stack | instinct.vllm.stack(instinct_vllm_stacks_extra | default({}))
+    instinct_vllm_stack | default(none) | instinct.vllm.stack(extra)  (role stack does this)
     'GptOssForCausalLM' | instinct.vllm.stacks_serving(instinct_vllm_stacks_extra | default({}))
     ansible_facts.distribution | instinct.vllm.stacks_for_os(version, flavour, extra)
     ansible_facts.kernel | instinct.vllm.kernel_flavour(distribution, version)
@@ -32,8 +33,12 @@ def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def stack(name: Any, extra: Any = None) -> dict[str, Any]:
-    """The validated stack ``name`` (``instinct_vllm_stack``) with its ``name`` added."""
+def stack(name: Any = None, extra: Any = None) -> dict[str, Any]:
+    """The validated stack ``name`` (``instinct_vllm_stack``) with its ``name`` added.
+
+    ``name`` None (``instinct_vllm_stack`` not set) is the matrix default (files/stacks.yml
+    ``default``).
+    """
     return sm.get_stack(name, extra or None)
 
 

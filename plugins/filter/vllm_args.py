@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters for vLLM server flags; the logic is in module_utils/vllm_args.
 
-Usage::
+Each filter is documented in the YAML file of its name beside this one (vllm_args.yml,
+systemd_argv.yml). Usage::
 
     vllm_service_server_flags | instinct.vllm.vllm_args
         -> ['--disable-log-stats', '--enforce-eager', '--tensor-parallel-size', '8', ...]

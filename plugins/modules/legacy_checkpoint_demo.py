@@ -8,10 +8,10 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: legacy_checkpoint_demo
-short_description: Write a tiny random checkpoint in the customer's legacy GPTOSS format
+short_description: Write a tiny random checkpoint in the legacy GPTOSS format
 version_added: "0.1.0"
 description:
-  - Writes a small checkpoint shaped like the customer's legacy "gpt-oss-120B" - C(config.json)
+  - Writes a small checkpoint in the legacy GPTOSS ("gpt-oss-120B") layout - C(config.json)
     with C(architectures=[GPTOSSForCausalLM]) and the RoPE base in C(custom_rope_theta),
     zip-format PyTorch C(.bin) shards with C(pytorch_model.bin.index.json), a sentencepiece
     C(tokenizer.model) trained on a few lines, C(special_tokens_map.json) and a

@@ -264,10 +264,27 @@ def all_stacks(
     return merge_stacks(load_matrix_file(path)["stacks"], extra)
 
 
+def default_stack_name(path: Path | None = None) -> str:
+    """The matrix file's top-level ``default``: the stack used when no name is given."""
+    data = load_matrix_file(path)
+    name = data.get("default")
+    if not isinstance(name, str) or name not in data["stacks"]:
+        raise StackError(
+            f"the stack matrix {path or default_matrix_path()}: 'default' must name one of its "
+            f"stacks ({', '.join(sorted(data['stacks']))}), got {name!r}"
+        )
+    return name
+
+
 def get_stack(
     name: Any, extra: Mapping[str, Any] | None = None, path: Path | None = None
 ) -> dict[str, Any]:
-    """The validated stack ``name`` with its ``name`` key added."""
+    """The validated stack ``name`` with its ``name`` key added.
+
+    ``name`` None means the matrix default (``default_stack_name``).
+    """
+    if name is None:
+        name = default_stack_name(path)
     if not isinstance(name, str) or not name:
         raise StackError(
             f"{STACK_VAR}: expected a stack name (string), got {_type_name(name)} {name!r}"

@@ -1,7 +1,9 @@
 """Role vllm_service: the rendered unit (real ansible-playbook on localhost, no host changes).
 
-Runs the role's assert.yml (input checks + argv building) and renders templates/vllm.service.j2
-into a temp dir, then reads the unit back as systemd would split ExecStart.
+Checks the inputs against the role's meta/argument_specs.yml (what Ansible does before the
+main entry point; tasks_from skips it, so the play does it here), runs the role's assert.yml
+(the rules a spec cannot say + argv building) and renders templates/vllm.service.j2 into a temp
+dir, then reads the unit back as systemd would split ExecStart.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ PLAYBOOK = """
   gather_facts: false
   connection: local
   tasks:
+    - ansible.builtin.validate_argument_spec:
+        argument_spec: "{{ spec.argument_specs.main.options }}"
+      vars:
+        spec: "{{ lookup('ansible.builtin.file', spec_path) | from_yaml }}"
+        spec_path: "{{ repo }}/roles/vllm_service/meta/argument_specs.yml"
     - ansible.builtin.include_role:
         name: instinct.vllm.vllm_service
         tasks_from: assert.yml

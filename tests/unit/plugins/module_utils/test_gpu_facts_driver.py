@@ -78,7 +78,7 @@ def test_driver_state_not_loaded(tmp_path: Path) -> None:
 
 
 def test_blacklist_found(tmp_path: Path) -> None:
-    (tmp_path / "blacklist-amdgpu.conf").write_text("# customer notes\nblacklist amdgpu\n")
+    (tmp_path / "blacklist-amdgpu.conf").write_text("# old install notes\nblacklist amdgpu\n")
     (tmp_path / "other.conf").write_text("options amdgpu ras_enable=1\n# blacklist amdgpu\n")
     (tmp_path / "disable.conf").write_text("install amdgpu /bin/false\n")
     found = drv.find_blacklist(tmp_path)

@@ -23,7 +23,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils import vllm_args as 
 
 ROOT = Path(__file__).resolve().parents[4]
 
-#: The customer's seven knobs for the MI300X stack (docs/watchdog.md), plus the model name.
+#: The MI300X defaults (seven knobs, docs/background.md) (docs/watchdog.md), plus the model name.
 MI300X_FLAGS = {
     "tensor_parallel_size": 8,
     "block_size": 16,

@@ -77,10 +77,25 @@ def test_unknown_stack_lists_known_names() -> None:
     assert "rocm-6.2.1" in msg and "cpu" in msg
 
 
-@pytest.mark.parametrize("bad", [None, 3, "", ["cpu"]])
+@pytest.mark.parametrize("bad", [3, "", ["cpu"]])
 def test_stack_name_must_be_a_string(bad: object) -> None:
     with pytest.raises(sm.StackError, match="instinct_vllm_stack"):
         sm.get_stack(bad)
+
+
+def test_no_name_is_the_matrix_default() -> None:
+    assert sm.default_stack_name() == "rocm-6.2.1"
+    assert sm.get_stack(None)["name"] == "rocm-6.2.1"
+
+
+@pytest.mark.parametrize("default", [None, "rocm-9.9", ["cpu"]])
+def test_matrix_default_must_name_a_stack(tmp_path: Path, default: object) -> None:
+    data = yaml.safe_load(MATRIX.read_text(encoding="utf-8"))
+    data["default"] = default
+    path = tmp_path / "stacks.yml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(sm.StackError, match="'default' must name one of its stacks"):
+        sm.get_stack(None, path=path)
 
 
 def test_extra_new_stack_complete() -> None:
