@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-FILTER_DIR = Path(__file__).resolve().parents[2] / "plugins" / "filter"
+FILTER_DIR = Path(__file__).resolve().parents[4] / "plugins" / "filter"
 PKG = "ansible_collections.instinct.vllm.plugins.filter"
 
 

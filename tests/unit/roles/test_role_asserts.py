@@ -14,7 +14,7 @@ import pytest
 import yaml
 from role_cases import role_params
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if (p / "tasks" / "assert.yml").exists())
 COLLECTION_VARS = ("instinct_vllm_stack", "instinct_vllm_stacks_extra")
 #: Roles not yet converted, each an xfail that fails (strict) once it is.
