@@ -87,6 +87,18 @@ options:
     description: Seconds the versions probe (imports torch, triton, amdsmi, vllm) may take.
     type: int
     default: 180
+  probe_imports:
+    description:
+      - Modules the versions probe imports (import-time failures show there); versions come
+        from the package metadata either way. torch gives torch.version.hip and its archs;
+        vllm is the slow one on a busy node.
+    type: list
+    elements: str
+    default: [torch, triton, amdsmi, transformers, vllm]
+  workers:
+    description: Collectors run at once.
+    type: int
+    default: 4
   gpu_expected:
     description: Whether the node should have AMD GPUs (false on the cpu stack); recorded
       for the classifier.
@@ -183,17 +195,23 @@ def main() -> None:
             "kernel_lines": {"type": "int", "default": 300},
             "build_log_lines": {"type": "int", "default": 200},
             "probe_timeout": {"type": "int", "default": 180},
+            "probe_imports": {
+                "type": "list",
+                "elements": "str",
+                "default": ["torch", "triton", "amdsmi", "transformers", "vllm"],
+            },
+            "workers": {"type": "int", "default": 4},
             "gpu_expected": {"type": "bool", "default": True},
         },
         supports_check_mode=False,
     )
     p = module.params
-    settings = Settings(**{k: p[k] for k in _SETTINGS})
+    settings = Settings(**{k: p[k] for k in _SETTINGS}, probe_imports=tuple(p["probe_imports"]))
     redact = Redactor(p["secrets"])
     with contextlib.suppress(OSError):  # an unreadable env file is recorded by its collector
         redact.add_env_file(Path(settings.env_file).read_text(encoding="utf-8"))
     started = time.time()
-    results = collect(default_specs(settings), redact)
+    results = collect(default_specs(settings), redact, workers=p["workers"])
     root = Path(p["dest"])
     work = root / p["name"]
     if work.exists():

