@@ -77,10 +77,19 @@ options:
     elements: int
     required: true
   num_prompts:
-    description: Prompts per level, one per concurrency level.
+    description: Prompts per level, one per concurrency level (empty - computed from
+      I(prompts_per_concurrency) and I(min_prompts)).
     type: list
     elements: int
-    required: true
+    default: []
+  prompts_per_concurrency:
+    description: Prompts per level = this x the concurrency, at least I(min_prompts).
+    type: int
+    default: 8
+  min_prompts:
+    description: Fewest prompts in a level.
+    type: int
+    default: 32
   seed:
     description: Random dataset seed.
     type: int
@@ -130,7 +139,6 @@ EXAMPLES = r"""
     input_len: 512
     output_len: 128
     concurrency: [1, 8, 32]
-    num_prompts: [16, 64, 256]
     vllm_version: 0.11.0
     result_dir: /var/tmp/instinct-bench/results
     log: /var/tmp/instinct-bench/bench.log
@@ -168,6 +176,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.vllm_bench import ( 
     as_dicts,
     bench_env,
     choose_entry_point,
+    num_prompts_for,
     run_sweep,
 )
 
@@ -195,7 +204,9 @@ def main() -> None:
             "input_len": {"type": "int", "required": True},
             "output_len": {"type": "int", "required": True},
             "concurrency": {"type": "list", "elements": "int", "required": True},
-            "num_prompts": {"type": "list", "elements": "int", "required": True},
+            "num_prompts": {"type": "list", "elements": "int", "default": []},
+            "prompts_per_concurrency": {"type": "int", "default": 8},
+            "min_prompts": {"type": "int", "default": 32},
             "seed": {"type": "int", "default": 0},
             "extra_args": {"type": "list", "elements": "str", "default": []},
             "result_dir": {"type": "path", "required": True},
@@ -206,6 +217,10 @@ def main() -> None:
         supports_check_mode=False,
     )
     p = module.params
+    if not p["num_prompts"]:
+        p["num_prompts"] = num_prompts_for(
+            p["concurrency"], p["prompts_per_concurrency"], p["min_prompts"]
+        )
     if len(p["concurrency"]) != len(p["num_prompts"]) or not p["concurrency"]:
         module.fail_json(msg="concurrency and num_prompts must be non-empty lists of one length")
     try:
