@@ -140,7 +140,10 @@ def bench_env(
     base: Mapping[str, str], api_key: str, shim_dir: str | None, entry: str
 ) -> dict[str, str]:
     env = dict(base)
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"})
+    env.update(
+        {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+         "PYTHONUNBUFFERED": "1"}  # the playbook tails the log while it runs
+    )  # fmt: skip
     if api_key:
         env["OPENAI_API_KEY"] = api_key
     if shim_dir and entry == "legacy":
