@@ -56,6 +56,7 @@ def test_report_files_and_plots(tmp_path: Path) -> None:
         assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = Path(out["report"]).read_text(encoding="utf-8")
     assert "## serving-node" in text and "![ttft](ttft.png)" in text
+    assert br.NODES_MEAN not in text  # one node: its mean is no news
     assert f"{recorded()['output_throughput']:.1f}" in text
     assert "Gate: passed** (no baseline)" in text
     stored = json.loads(Path(out["summary_file"]).read_text(encoding="utf-8"))

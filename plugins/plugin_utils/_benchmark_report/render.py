@@ -64,6 +64,9 @@ def plot(summary: Mapping[str, Any], out_dir: str | Path, subtitle: str) -> list
                         label=f"{label}{suffix}",
                     )
         ax.set_xscale("log", base=2)
+        ticks = sorted({c for t in targets for c in levels(summary["targets"], t)})
+        ax.set_xticks(ticks, [str(c) for c in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{title}\n{subtitle}", fontsize=10)
@@ -104,7 +107,8 @@ def markdown(
         "| concurrency | prompts ok | failed | req/s | output tok/s | TTFT p50 | TTFT p99 "
         "| TPOT p50 | TPOT p99 |"
     )
-    for label in summary["targets"]:
+    shown = [t for t in summary["targets"] if t != NODES_MEAN or len(summary.get("nodes", [])) > 1]
+    for label in shown:
         by_conc = levels(summary["targets"], label)
         lines += [f"## {label}", "", head, "|" + "---|" * 9]
         for conc, m in sorted(by_conc.items()):
