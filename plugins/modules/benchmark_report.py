@@ -1,4 +1,3 @@
-#!/usr/bin/python
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Documentation of the benchmark_report action (plugins/action/benchmark_report.py does the

@@ -1,4 +1,3 @@
-#!/usr/bin/python
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Collect a vLLM node's diagnostic evidence into a redacted archive (thin module; the logic

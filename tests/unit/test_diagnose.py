@@ -77,6 +77,9 @@ def test_healthy_recorded_node_has_no_class() -> None:
     assert result["primary"] == "unknown" and result["findings"] == []
     assert "no known failure class matched" in result["summary"]
     assert result["service"] == "active"
+    assert result["facts"]["gfx_agents"] == ["gfx942"]
+    assert result["facts"]["build_archs"] == ["gfx942"]
+    assert result["facts"]["torch_hip"] == "6.2.41133-dd7f95766"
 
 
 # ------------------------------------------------------------------ the customer's three classes

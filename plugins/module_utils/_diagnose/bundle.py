@@ -32,6 +32,17 @@ def verdict_markdown(host: str, verdict: Mapping[str, Any], statuses: Mapping[st
         f"**Verdict: {verdict['primary']}** (service {verdict['service']})",
         "",
     ]
+    f = verdict.get("facts") or {}
+    if f:
+        agents = ", ".join(f.get("gfx_agents") or []) or "none"
+        archs = ";".join(f.get("build_archs") or []) or "no stamp"
+        lines += [
+            f"- GPU agents (rocminfo): {agents}; built for PYTORCH_ROCM_ARCH: {archs}",
+            f"- vllm {f.get('vllm')}, torch {f.get('torch')} (hip {f.get('torch_hip')}), "
+            f"triton {f.get('triton')}, pytorch-triton-rocm {f.get('pytorch_triton_rocm')}, "
+            f"transformers {f.get('transformers')}",
+            "",
+        ]
     for finding in verdict["findings"]:
         lines += [f"### {finding['cls']}: {finding['title']}", "", f"Fix: {finding['fix']}", ""]
         lines += [f"    {line}" for line in finding["evidence"]] + [""]

