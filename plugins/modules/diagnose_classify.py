@@ -20,7 +20,7 @@ description:
     module - or C(unknown) when none matched.
   - Checks every file again for the I(secrets) and writes nothing when one is found.
   - Writes one archive with C(SUMMARY.md), C(verdicts.json) and each node's files and verdict.
-  - Run it on the controller (C(delegate_to: localhost)).
+  - "Run it on the controller (C(delegate_to: localhost))."
 options:
   archives:
     description: The node archives, C(<host>.tar.gz) each (the file name names the host).

@@ -156,8 +156,8 @@ def dist(ev: Evidence, name: str) -> str | None:
     if dists.get(name):
         return str(dists[name])
     for line in ev.text("pip_freeze").splitlines():
-        left, _, right = line.partition("==")
-        if left.strip().lower().replace("_", "-") == name and right:
+        left, sep, right = line.partition("==")
+        if sep and left.strip().lower().replace("_", "-") == name and right:
             return right.strip()
     return None
 
