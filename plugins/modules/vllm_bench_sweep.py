@@ -1,0 +1,252 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run vLLM's serving benchmark over a concurrency sweep (thin module; the logic is in
+module_utils/vllm_bench.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_bench_sweep
+short_description: Run vLLM's own serving benchmark over a concurrency sweep
+version_added: "0.2.0"
+description:
+  - Runs the installed vLLM's benchmark once per concurrency level against an
+    OpenAI-compatible endpoint, with the random dataset and the node's tokenizer (offline),
+    and saves each level's result JSON in I(result_dir).
+  - The entry point is the one the installed vLLM has - C(vllm bench serve) on current vLLM,
+    C(benchmarks/benchmark_serving.py) from the sdist (I(script)) on the 0.6.x line, where
+    a stand-in C(datasets) module is put on PYTHONPATH when the venv has none.
+  - The benchmark's output is appended to I(log) while it runs (the playbook tails it); run
+    the module with C(async) and C(poll=0) to show progress.
+  - The API key goes to the benchmark as OPENAI_API_KEY in its environment, never in argv.
+options:
+  venv:
+    description: The vLLM virtualenv on the node.
+    type: path
+    default: /opt/vllm/venv
+  entry_point:
+    description: C(auto) picks C(cli) for vLLM 0.10 and later, else C(legacy).
+    type: str
+    choices: [auto, cli, legacy]
+    default: auto
+  vllm_version:
+    description: The installed vLLM version (for C(auto)).
+    type: str
+    default: ""
+  script:
+    description: benchmark_serving.py (C(legacy) only); its directory must hold
+      backend_request_func.py too.
+    type: path
+  label:
+    description: Name of the target in result file names (C(<label>-c<N>.json)).
+    type: str
+    required: true
+  base_url:
+    description: The endpoint, e.g. C(http://127.0.0.1:8000).
+    type: str
+    required: true
+  model:
+    description: The served model name.
+    type: str
+    required: true
+  tokenizer:
+    description: Tokenizer directory on the node (the model directory).
+    type: path
+    required: true
+  endpoint:
+    description: API path.
+    type: str
+    default: /v1/completions
+  api_key:
+    description: The API key (sent as a bearer token; never logged).
+    type: str
+    default: ""
+  input_len:
+    description: Random prompt length in tokens.
+    type: int
+    required: true
+  output_len:
+    description: Tokens generated per request (with ignore_eos).
+    type: int
+    required: true
+  concurrency:
+    description: The sweep's concurrency levels, in order.
+    type: list
+    elements: int
+    required: true
+  num_prompts:
+    description: Prompts per level, one per concurrency level (empty - computed from
+      I(prompts_per_concurrency) and I(min_prompts)).
+    type: list
+    elements: int
+    default: []
+  prompts_per_concurrency:
+    description: Prompts per level = this x the concurrency, at least I(min_prompts).
+    type: int
+    default: 8
+  min_prompts:
+    description: Fewest prompts in a level.
+    type: int
+    default: 32
+  seed:
+    description: Random dataset seed.
+    type: int
+    default: 0
+  extra_args:
+    description: More benchmark arguments.
+    type: list
+    elements: str
+    default: []
+  result_dir:
+    description: Where the result JSON files go.
+    type: path
+    required: true
+  log:
+    description: The benchmark's output (appended).
+    type: path
+    required: true
+  shim_dir:
+    description: Directory for the stand-in C(datasets) module (C(legacy) only).
+    type: path
+  run_timeout:
+    description: Seconds one level may take.
+    type: int
+    default: 3600
+attributes:
+  check_mode:
+    description: >-
+      Can run in check_mode and return changed status prediction without modifying target.
+    support: none
+  diff_mode:
+    description: >-
+      Will return details on what has changed (or possibly needs changing in check_mode),
+      when in diff mode.
+    support: none
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
+"""
+
+EXAMPLES = r"""
+- name: Benchmark the node's own endpoint
+  instinct.vllm.vllm_bench_sweep:
+    label: "{{ inventory_hostname }}"
+    base_url: http://127.0.0.1:8000
+    model: gpt-oss-120b
+    tokenizer: /srv/models/gpt-oss-120b
+    api_key: "{{ vllm_service_api_key }}"
+    input_len: 512
+    output_len: 128
+    concurrency: [1, 8, 32]
+    vllm_version: 0.11.0
+    result_dir: /var/tmp/instinct-bench/results
+    log: /var/tmp/instinct-bench/bench.log
+  async: 7200
+  poll: 0
+"""
+
+RETURN = r"""
+entry_point:
+  description: The entry point used (cli or legacy).
+  type: str
+  returned: success
+datasets_shim:
+  description: Whether the stand-in datasets module was used (legacy entry point, no datasets).
+  type: bool
+  returned: success
+runs:
+  description: Per level - label, concurrency, num_prompts, file, rc, seconds, summary
+    (completed, output_throughput, request_throughput, p50/p99 TTFT and TPOT in ms).
+  type: list
+  elements: dict
+  returned: success
+"""
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.vllm_bench import (  # noqa: E402
+    DATASETS_SHIM,
+    BenchError,
+    Target,
+    Workload,
+    as_dicts,
+    bench_env,
+    choose_entry_point,
+    num_prompts_for,
+    run_sweep,
+)
+
+
+def _needs_shim(venv: str) -> bool:
+    probe = subprocess.run(
+        [f"{venv}/bin/python", "-c", "import datasets"], capture_output=True, check=False
+    )
+    return probe.returncode != 0
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "venv": {"type": "path", "default": "/opt/vllm/venv"},
+            "entry_point": {"type": "str", "default": "auto", "choices": ["auto", "cli", "legacy"]},
+            "vllm_version": {"type": "str", "default": ""},
+            "script": {"type": "path"},
+            "label": {"type": "str", "required": True},
+            "base_url": {"type": "str", "required": True},
+            "model": {"type": "str", "required": True},
+            "tokenizer": {"type": "path", "required": True},
+            "endpoint": {"type": "str", "default": "/v1/completions"},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "input_len": {"type": "int", "required": True},
+            "output_len": {"type": "int", "required": True},
+            "concurrency": {"type": "list", "elements": "int", "required": True},
+            "num_prompts": {"type": "list", "elements": "int", "default": []},
+            "prompts_per_concurrency": {"type": "int", "default": 8},
+            "min_prompts": {"type": "int", "default": 32},
+            "seed": {"type": "int", "default": 0},
+            "extra_args": {"type": "list", "elements": "str", "default": []},
+            "result_dir": {"type": "path", "required": True},
+            "log": {"type": "path", "required": True},
+            "shim_dir": {"type": "path"},
+            "run_timeout": {"type": "int", "default": 3600},
+        },
+        supports_check_mode=False,
+    )
+    p = module.params
+    if not p["num_prompts"]:
+        p["num_prompts"] = num_prompts_for(
+            p["concurrency"], p["prompts_per_concurrency"], p["min_prompts"]
+        )
+    if len(p["concurrency"]) != len(p["num_prompts"]) or not p["concurrency"]:
+        module.fail_json(msg="concurrency and num_prompts must be non-empty lists of one length")
+    try:
+        entry = choose_entry_point(p["entry_point"], p["vllm_version"])
+        if entry == "legacy" and not (p["script"] and Path(p["script"]).is_file()):
+            raise BenchError(
+                f"vLLM {p['vllm_version']}: benchmark_serving.py not found (script: {p['script']})"
+            )
+        shim = None
+        if entry == "legacy" and p["shim_dir"] and _needs_shim(p["venv"]):
+            Path(p["shim_dir"]).mkdir(parents=True, exist_ok=True)
+            (Path(p["shim_dir"]) / "datasets.py").write_text(DATASETS_SHIM, encoding="utf-8")
+            shim = p["shim_dir"]
+        target = Target(p["label"], p["base_url"], p["model"], p["tokenizer"], p["endpoint"])
+        work = Workload(
+            p["input_len"], p["output_len"], tuple(p["concurrency"]), tuple(p["num_prompts"]),
+            p["seed"], tuple(p["extra_args"]),
+        )  # fmt: skip
+        env = bench_env(os.environ, p["api_key"], shim, entry)
+        runs = run_sweep(
+            entry, p["venv"], p["script"] or "", target, work, p["result_dir"], p["log"], env,
+            p["run_timeout"],
+        )  # fmt: skip
+    except (BenchError, OSError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=True, entry_point=entry, datasets_shim=bool(shim), runs=as_dicts(runs))
+
+
+if __name__ == "__main__":
+    main()
