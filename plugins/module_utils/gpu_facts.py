@@ -1,7 +1,8 @@
 """GPU facts of a host (public facade of the private package `_gpu_facts`).
 
-Modules and tests import from here; the collectors (one per tool) and the parsers live in
-`_gpu_facts/` (collect.py, pci.py, rocm.py, driver.py) and may change shape freely.
+Modules, other subsystems (diagnose, acceptance) and tests import from here; the collectors
+(one per tool) and the parsers live in `_gpu_facts/` (collect.py, pci.py, rocm.py, driver.py)
+and may change shape freely behind the names below.
 """
 
 from __future__ import annotations
@@ -11,5 +12,25 @@ from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.collect i
     TOOLS,
     collect,
 )
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.driver import (
+    find_blacklist,
+    parse_dkms_status,
+    parse_lsmod,
+    secure_boot_state,
+)
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.rocm import (
+    parse_amd_smi_static,
+    parse_rocminfo,
+)
 
-__all__ = ["SOURCES", "TOOLS", "collect"]
+__all__ = [
+    "SOURCES",
+    "TOOLS",
+    "collect",
+    "find_blacklist",
+    "parse_amd_smi_static",
+    "parse_dkms_status",
+    "parse_lsmod",
+    "parse_rocminfo",
+    "secure_boot_state",
+]

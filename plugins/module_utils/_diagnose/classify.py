@@ -27,7 +27,7 @@ transformers_mismatch      "has no attribute all_special_tokens_extended" (vLLM 
                            transformers_utils/tokenizer.py:34 on transformers 5; QwenLM/Qwen3-VL
                            #2058; removed from vLLM by vllm PR #29686)
 amdgpu_blacklisted         ``blacklist amdgpu`` in /etc/modprobe.d or modprobe.blacklist= on the
-                           kernel command line (gpu_facts_driver.find_blacklist)
+                           kernel command line (gpu_facts.find_blacklist)
 amdgpu_not_loaded          no amdgpu in lsmod; rocminfo "ROCk module is NOT loaded, possibly no
                            GPU devices" and rocm-smi "No AMD GPUs specified" (ROCm/ROCm#2995)
 user_not_in_groups         ``id <user>`` without render / video; "/dev/kfd: Permission denied"

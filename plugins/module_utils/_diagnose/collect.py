@@ -251,7 +251,7 @@ def find_build_log(settings: Settings) -> str | None:
 
 
 def _blacklist_text(settings: Settings) -> str:
-    from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts_driver import (
+    from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts import (
         find_blacklist,
     )
 
@@ -267,7 +267,7 @@ def _blacklist_text(settings: Settings) -> str:
 
 
 def _secure_boot_text(settings: Settings) -> str:
-    from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts_driver import (
+    from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts import (
         secure_boot_state,
     )
 

@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.collect import INDEX
-from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts_driver import (
+from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts import (
+    parse_amd_smi_static,
     parse_dkms_status,
     parse_lsmod,
-)
-from ansible_collections.instinct.vllm.plugins.module_utils.gpu_facts_rocm import (
-    parse_amd_smi_static,
     parse_rocminfo,
 )
 

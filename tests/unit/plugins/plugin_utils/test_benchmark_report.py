@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.instinct.vllm.plugins.plugin_utils import benchmark_report as br
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "benchmark"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "benchmark"
 RECORDED = FIX / "serving-node-c2.json"
 META = {"run_id": "t1", "input_len": 32, "output_len": 16, "model": "gptoss-legacy-demo",
         "entry_point": "cli", "vllm_version": "0.32.0+cpu"}  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.instinct.vllm.plugins.module_utils import diagnose as dg
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose import evidence as ev_mod
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+FIX = Path(__file__).resolve().parents[2] / "fixtures"
 KEY = "unit-test-key-5b1e9a77c0d2"
 HF = "hf_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
 
