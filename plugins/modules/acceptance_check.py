@@ -21,7 +21,7 @@ description:
   - C(serve) - one completion from the node's model, through the running service's API, or
     from a short-lived server on 127.0.0.1 when no service runs yet.
   - On a stack without GPU (I(device=cpu)) C(gpu_matmul) and C(gpu_health) are skipped with
-    the reason. The module never fails for a failed check: it returns the result (status
+    the reason. The module never fails for a failed check; it returns the result (status
     ok, failed, skipped or error) and the playbook gates on all of them.
 options:
   check:

@@ -39,7 +39,10 @@ def _probe(name: str, node: NodeSpec, run: Runner, source: str, args: dict) -> A
         reason = f"no venv interpreter at {node.python} (role vllm installs it)"
         return CheckResult(name, ERROR, reason, {}, 0.0)
     try:
-        return run_probe(run, node.python, source, args, node.env)
+        # read-only: no __pycache__ written into the node's venv
+        return run_probe(
+            run, node.python, source, args, {"PYTHONDONTWRITEBYTECODE": "1", **node.env}
+        )
     except ProbeError as exc:
         return CheckResult(name, ERROR, str(exc), {}, time.monotonic() - start)
 

@@ -65,11 +65,21 @@ try:
                and p not in known]
     if missing:
         raise TypeError(f"get_attn_backend needs {missing}, which this probe does not know")
-    backend = get_attn_backend(**{p: known[p] for p in params if p in known})
+    kwargs = {p: known[p] for p in params if p in known}
+    try:
+        backend = get_attn_backend(**kwargs)
+    except AssertionError as exc:  # newer vLLM reads its config from a context
+        if "config is not set" not in str(exc):
+            raise
+        from vllm.config import VllmConfig, set_current_vllm_config
+        with set_current_vllm_config(VllmConfig()):
+            backend = get_attn_backend(**kwargs)
     out["attention_backend"] = backend.get_name() if hasattr(backend, "get_name") else str(backend)
 except Exception as exc:
     out["attention_backend_error"] = f"{type(exc).__name__}: {exc}"
 emit(out)
+sys.stdout.flush()
+os._exit(0)  # skip the interpreter teardown of torch's threads (seconds on a busy node)
 """
 
 # amd-smi health through the amdsmi binding in the venv: temperatures, ECC counts, XGMI links.
