@@ -193,6 +193,7 @@ def test_gpu_facts_after_install_8_x_gfx942(host):
 
 AMD_SMI = "/opt/rocm/share/amd_smi"
 VENV = "/var/tmp/amdsmi-venv"
+WHEELHOUSE = "/usr/share/python-wheels"  # setuptools (python3-venv), wheel (prepare.yml)
 # vLLM 0.6.6.post1's own detection (vllm/platforms/__init__.py lines 42-52), run in the venv
 DETECT = (
     "import amdsmi\n"
@@ -207,13 +208,14 @@ DETECT = (
 
 @pytest.fixture(scope="module")
 def amdsmi_venv(host):
-    """A fresh venv with `pip install /opt/rocm/share/amd_smi`, as upstream's ROCm build does
-    (offline: the venv's own setuptools builds it)."""
+    """A fresh venv with `pip install /opt/rocm/share/amd_smi`, as upstream's ROCm build does;
+    offline, pip builds it from a local wheelhouse (Debian's setuptools and wheel wheels), as
+    an air-gapped site gives it its own."""
     host.run(f"rm -rf {VENV}")
     host.check_output(f"python3 -m venv {VENV}")
     before = host.run(f"{VENV}/bin/python -c 'import amdsmi'")
     install = host.run(
-        f"{VENV}/bin/pip install --no-index --no-build-isolation --no-cache-dir {AMD_SMI}"
+        f"{VENV}/bin/pip install --no-index --find-links {WHEELHOUSE} --no-cache-dir {AMD_SMI}"
     )
     return before, install
 
@@ -260,6 +262,6 @@ def test_detection_fails_without_gpus(host, amdsmi_venv):
 def test_installing_from_a_rocm_without_amd_smi_fails_clearly(host, amdsmi_venv):
     # a ROCm tree without amd-smi-lib: pip names the missing directory
     missing = "/opt/rocm-6.2.1-without-amd-smi-lib/share/amd_smi"
-    result = host.run(f"{VENV}/bin/pip install --no-index --no-build-isolation {missing}")
+    result = host.run(f"{VENV}/bin/pip install --no-index --find-links {WHEELHOUSE} {missing}")
     assert result.rc != 0
     assert missing in result.stderr and "does not exist" in result.stderr
