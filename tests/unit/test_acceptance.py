@@ -146,7 +146,7 @@ def test_health_thresholds():
     hot = acc.evaluate(readings(temperature={"hotspot": 91, "vram": 45}), limits)
     assert hot[:2] == (False, "GPU 0 (0000:1b:00.0): hotspot temperature 91 C above 90 C")
     ecc = {"correctable_count": 6, "uncorrectable_count": 1}
-    ok, reason, _ = acc.evaluate(readings(ecc=ecc), limits)
+    ok, reason = acc.evaluate(readings(ecc=ecc), limits)[:2]
     assert not ok and "ECC uncorrectable_count 1 above 0" in reason
     assert "ECC correctable_count 6 above 5" in reason
     counted = acc.evaluate(readings(), acc.Thresholds(expected_gpus=8))

@@ -97,7 +97,7 @@ def complete(base_url: str, api_key: str, model: str, spec: ServeSpec) -> tuple[
 
 
 def service_state(run: Runner, service: str) -> str:
-    rc, out, _ = run(["systemctl", "is-active", f"{service}.service"], "", {})
+    rc, out = run(["systemctl", "is-active", f"{service}.service"], "", {})[:2]
     return out.strip() or ("active" if rc == 0 else "unknown")
 
 
@@ -170,7 +170,7 @@ def _exit(proc: subprocess.Popen) -> str:
 def _wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        status, _ = request(base + "/health", "", None, 5)
+        status = request(base + "/health", "", None, 5)[0]
         if status == 200:
             return True
         time.sleep(1)
