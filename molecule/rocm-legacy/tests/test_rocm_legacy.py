@@ -63,3 +63,14 @@ def test_reboot_reasons_include_the_blacklist(host):
         host.file("/var/lib/instinct-vllm/rocm-reboot-required.json").content_string
     )
     assert "an amdgpu blacklist was removed" in marker["reasons"]
+
+
+def test_the_amdsmi_binding_source_survives_the_cleanup(host):
+    # the stub amd-smi-lib's Python package, reached through /opt/rocm as on a node
+    assert host.file("/opt/rocm/share/amd_smi/pyproject.toml").exists
+    probe = (
+        "import amdsmi; amdsmi.amdsmi_init(); "
+        "print(len(amdsmi.amdsmi_get_processor_handles())); amdsmi.amdsmi_shut_down()"
+    )
+    out = host.check_output(f"cd / && PYTHONPATH=/opt/rocm/share/amd_smi python3 -c '{probe}'")
+    assert out == "8"

@@ -187,3 +187,81 @@ def test_gpu_facts_after_install_8_x_gfx942(host):
     assert facts["count"] == 8
     assert facts["archs"] == ["gfx942"]
     assert facts["products"] == ["MI300X"]
+
+
+# ---- the amdsmi Python binding (stub amd_smi in amd-smi-lib): what vLLM 0.6.x detects ROCm by
+
+AMD_SMI = "/opt/rocm/share/amd_smi"
+VENV = "/var/tmp/amdsmi-venv"
+WHEELHOUSE = "/usr/share/python-wheels"  # setuptools (python3-venv), wheel (prepare.yml)
+# vLLM 0.6.6.post1's own detection (vllm/platforms/__init__.py lines 42-52), run in the venv
+DETECT = (
+    "import amdsmi\n"
+    "amdsmi.amdsmi_init()\n"
+    "try:\n"
+    "    handles = amdsmi.amdsmi_get_processor_handles()\n"
+    "    print(len(handles), ' '.join(amdsmi.amdsmi_get_gpu_device_bdf(h) for h in handles))\n"
+    "finally:\n"
+    "    amdsmi.amdsmi_shut_down()\n"
+)
+
+
+@pytest.fixture(scope="module")
+def amdsmi_venv(host):
+    """A fresh venv with `pip install /opt/rocm/share/amd_smi`, as upstream's ROCm build does;
+    offline, pip builds it from a local wheelhouse (Debian's setuptools and wheel wheels), as
+    an air-gapped site gives it its own."""
+    host.run(f"rm -rf {VENV}")
+    host.check_output(f"python3 -m venv {VENV}")
+    before = host.run(f"{VENV}/bin/python -c 'import amdsmi'")
+    install = host.run(
+        f"{VENV}/bin/pip install --no-index --find-links {WHEELHOUSE} --no-cache-dir {AMD_SMI}"
+    )
+    return before, install
+
+
+def test_amd_smi_is_where_a_node_has_it(host):
+    assert host.file("/opt/rocm").is_symlink
+    assert host.check_output("readlink -f /opt/rocm") == PREFIX
+    assert host.file(f"{AMD_SMI}/pyproject.toml").exists
+    owner = host.check_output(f"dpkg -S {PREFIX}/share/amd_smi/amdsmi/amdsmi_interface.py")
+    assert owner.startswith("amd-smi-lib:")
+
+
+def test_pip_installs_the_binding_into_a_venv(host, amdsmi_venv):
+    before, install = amdsmi_venv
+    assert before.rc != 0 and "No module named 'amdsmi'" in before.stderr
+    assert install.rc == 0, install.stdout + install.stderr
+    show = host.check_output(f"{VENV}/bin/pip show amdsmi")
+    assert "Name: amdsmi" in show
+    where = host.check_output(
+        f"cd / && {VENV}/bin/python -c 'import amdsmi; print(amdsmi.__file__)'"
+    )
+    assert where.startswith(f"{VENV}/lib/")
+
+
+def test_vllm_detection_sees_the_8_recorded_gpus(host, amdsmi_venv):
+    out = host.check_output(f"cd / && {VENV}/bin/python -c {shlex.quote(DETECT)}")
+    count, *bdfs = out.split()
+    recorded = json.loads(
+        host.file(
+            f"{PREFIX}/share/amd_smi/amdsmi/recordings/amd-smi_static_json_mi300x_8gpu_rocm7.2.1.json"
+        ).content_string
+    )
+    assert int(count) == 8
+    assert bdfs == [gpu["bus"]["bdf"] for gpu in recorded["gpu_data"]]
+
+
+def test_detection_fails_without_gpus(host, amdsmi_venv):
+    result = host.run(
+        f"cd / && INSTINCT_STUB_AMDSMI_MODE=no-gpu {VENV}/bin/python -c {shlex.quote(DETECT)}"
+    )
+    assert result.rc == 0 and result.stdout.split() == ["0"]
+
+
+def test_installing_from_a_rocm_without_amd_smi_fails_clearly(host, amdsmi_venv):
+    # a ROCm tree without amd-smi-lib: pip names the missing directory
+    missing = "/opt/rocm-6.2.1-without-amd-smi-lib/share/amd_smi"
+    result = host.run(f"{VENV}/bin/pip install --no-index --find-links {WHEELHOUSE} {missing}")
+    assert result.rc != 0
+    assert missing in result.stderr and "does not exist" in result.stderr

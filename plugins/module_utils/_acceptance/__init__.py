@@ -1,0 +1,1 @@
+"""Private package behind module_utils/acceptance.py (the acceptance checks of a node)."""

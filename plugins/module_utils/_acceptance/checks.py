@@ -1,0 +1,159 @@
+"""The GPU and platform checks: each runs a probe in the node's venv and judges its result."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import probes
+from .health import Thresholds, evaluate
+from .probe import ProbeError, Runner, run_probe
+from .result import ERROR, FAILED, OK, SKIPPED, CheckResult
+
+# vLLM's platform name for each stack device (files/stacks.yml: rocm section or none)
+EXPECTED_PLATFORM = {"rocm": "rocm", "cpu": "cpu"}
+
+
+@dataclass
+class NodeSpec:
+    device: str  # rocm | cpu
+    python: str
+    stack: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    expected_gpus: int = 0
+
+    @property
+    def gpu_skip_reason(self) -> str:
+        if self.device == "rocm":
+            return ""
+        return f"stack {self.stack or self.device!r} has no GPU (device {self.device})"
+
+
+def _probe(name: str, node: NodeSpec, run: Runner, source: str, args: dict) -> Any:
+    """The probe's result, or an ERROR CheckResult naming why it did not run."""
+    start = time.monotonic()
+    if not Path(node.python).is_file():
+        reason = f"no venv interpreter at {node.python} (role vllm installs it)"
+        return CheckResult(name, ERROR, reason, {}, 0.0)
+    try:
+        # read-only: no __pycache__ written into the node's venv
+        return run_probe(
+            run, node.python, source, args, {"PYTHONDONTWRITEBYTECODE": "1", **node.env}
+        )
+    except ProbeError as exc:
+        return CheckResult(name, ERROR, str(exc), {}, time.monotonic() - start)
+
+
+def gpu_matmul(
+    node: NodeSpec, run: Runner, size: int = 1024, tolerance: float = 1e-3, device: str = "cuda"
+) -> CheckResult:
+    if node.gpu_skip_reason:
+        return CheckResult("gpu_matmul", SKIPPED, node.gpu_skip_reason)
+    start = time.monotonic()
+    out = _probe("gpu_matmul", node, run, probes.MATMUL, {"size": size, "device": device})
+    if isinstance(out, CheckResult):
+        return out
+    result = judge_matmul(out, tolerance, device, node.expected_gpus)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def judge_matmul(
+    out: dict[str, Any], tolerance: float, device: str = "cuda", expected_gpus: int = 0
+) -> CheckResult:
+    """The matmul probe's result against the tolerance (relative to the largest element)."""
+    problems = []
+    if device == "cuda" and not out.get("hip"):
+        problems.append(f"torch {out.get('torch')} is not a ROCm build (torch.version.hip unset)")
+    if out.get("error"):
+        problems.append(out["error"])
+    gpus = [dict(g) for g in out.get("gpus", [])]
+    if expected_gpus and len(gpus) != expected_gpus:
+        problems.append(f"torch sees {len(gpus)} GPUs, expected {expected_gpus}")
+    for gpu in gpus:
+        gpu["ok"] = "error" not in gpu and gpu["rel_error"] <= tolerance
+        if "error" in gpu:
+            problems.append(f"GPU {gpu['index']}: {gpu['error']}")
+        elif not gpu["ok"]:
+            problems.append(
+                f"GPU {gpu['index']}: relative error {gpu['rel_error']:.2e} above {tolerance:g}"
+            )
+    if not gpus and not problems:
+        problems.append("no GPU to run on")
+    detail = {**out, "gpus": gpus, "tolerance": tolerance}
+    if problems:
+        return CheckResult("gpu_matmul", FAILED, "; ".join(problems), detail)
+    worst = max(g["rel_error"] for g in gpus)
+    size = out.get("size")
+    reason = f"{len(gpus)} x {size}x{size} float32 matmul match the CPU (worst {worst:.1e})"
+    return CheckResult("gpu_matmul", OK, reason, detail)
+
+
+def model_shape(model_path: str, dtype: str) -> dict[str, Any]:
+    """head_size, num_heads and dtype for the attention selector, from the model's config.json
+    (defaults when the node has no model directory yet)."""
+    shape: dict[str, Any] = {"head_size": 128, "num_heads": None, "dtype": dtype}
+    config_file = Path(model_path, "config.json") if model_path else None
+    if config_file and config_file.is_file():
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        heads = config.get("num_attention_heads")
+        shape["num_heads"] = heads
+        shape["head_size"] = config.get("head_dim") or (
+            config["hidden_size"] // heads if heads and config.get("hidden_size") else 128
+        )
+        if dtype in ("", "auto"):
+            shape["dtype"] = config.get("torch_dtype") or "float16"
+    if shape["dtype"] in ("", "auto"):
+        shape["dtype"] = "float16"
+    shape["dtype"] = {"half": "float16", "float": "float32"}.get(shape["dtype"], shape["dtype"])
+    return shape
+
+
+def vllm_platform(
+    node: NodeSpec,
+    run: Runner,
+    model_path: str = "",
+    dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
+    block_size: int = 16,
+) -> CheckResult:
+    start = time.monotonic()
+    args = {
+        **model_shape(model_path, dtype),
+        "kv_cache_dtype": kv_cache_dtype,
+        "block_size": block_size,
+    }
+    out = _probe("vllm_platform", node, run, probes.PLATFORM, args)
+    if isinstance(out, CheckResult):
+        return out
+    expected = EXPECTED_PLATFORM.get(node.device, node.device)
+    detail = {**out, "expected_platform": expected, "selector_args": args}
+    seconds = time.monotonic() - start
+    backend = out.get("attention_backend") or f"unknown ({out.get('attention_backend_error')})"
+    if out.get("platform") != expected:
+        reason = (
+            f"vLLM {out.get('vllm')} resolved platform {out.get('platform')!r} "
+            f"({out.get('platform_class')}), the stack expects {expected!r}"
+        )
+        if expected == "rocm":
+            reason += ": vLLM 0.6.x finds ROCm only through the amdsmi binding in its venv"
+        return CheckResult("vllm_platform", FAILED, reason, detail, seconds)
+    reason = f"vLLM {out.get('vllm')}: platform {expected}, attention backend {backend}"
+    return CheckResult("vllm_platform", OK, reason, detail, seconds)
+
+
+def gpu_health(node: NodeSpec, run: Runner, limits: Thresholds) -> CheckResult:
+    if node.gpu_skip_reason:
+        return CheckResult("gpu_health", SKIPPED, node.gpu_skip_reason)
+    start = time.monotonic()
+    out = _probe("gpu_health", node, run, probes.HEALTH, {})
+    if isinstance(out, CheckResult):
+        return out
+    if node.expected_gpus and not limits.expected_gpus:
+        limits = Thresholds(**{**limits.__dict__, "expected_gpus": node.expected_gpus})
+    healthy, reason, detail = evaluate(out, limits)
+    status = OK if healthy else FAILED
+    return CheckResult("gpu_health", status, reason, detail, time.monotonic() - start)

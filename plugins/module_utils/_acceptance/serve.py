@@ -1,0 +1,197 @@
+"""A short real serve: one completion from the node's model.
+
+The node's running vLLM service answers it through its API when the service is active (what
+clients get, with the service's own flags; and on a GPU node a second server could not get the
+memory the service holds). When no service runs yet (first contact, before role vllm_service),
+a short-lived server is started from the node's venv on 127.0.0.1 with a one-time API key passed
+in its environment (never argv), asked once, and stopped. A failed service is a failed check:
+the node is not put back into service on top of a crashed unit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from .probe import Runner, tail
+from .result import FAILED, OK, SKIPPED, CheckResult, redact
+
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass
+class ServeSpec:
+    mode: str = "auto"  # auto | service | temporary
+    service: str = "vllm"
+    base_url: str = "http://127.0.0.1:8000"
+    api_key: str = ""
+    model: str = ""
+    prompt: str = "The capital of France is"
+    max_tokens: int = 8
+    timeout: float = 120.0
+    # temporary server
+    python: str = "/opt/vllm/venv/bin/python"
+    model_path: str = ""
+    server_args: list[str] = field(default_factory=list)
+    server_env: dict[str, str] = field(default_factory=dict)
+    startup_timeout: float = 900.0
+
+
+def request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, Any]:
+    """(HTTP status, parsed JSON or text); status 0 when nothing answered."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    req.add_header("Content-Type", "application/json")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with _NO_PROXY.open(req, timeout=timeout) as resp:
+            status, raw = resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read().decode(errors="replace")
+    except (OSError, urllib.error.URLError) as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw
+
+
+def complete(base_url: str, api_key: str, model: str, spec: ServeSpec) -> tuple[bool, str, dict]:
+    """One completion through the OpenAI-compatible API: (ok, reason, detail)."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    status, models = request(root + "/v1/models", api_key, None, spec.timeout)
+    if status != 200 or not isinstance(models, dict):
+        return False, f"GET /v1/models answered {status}: {str(models)[:200]}", {}
+    served = [m.get("id") for m in models.get("data", [])]
+    model = model or (served[0] if served else "")
+    if model not in served:
+        return False, f"model {model!r} is not served (served: {served})", {"served": served}
+    body = {"model": model, "prompt": spec.prompt, "max_tokens": spec.max_tokens, "temperature": 0}
+    start = time.monotonic()
+    status, answer = request(root + "/v1/completions", api_key, body, spec.timeout)
+    latency = round(time.monotonic() - start, 3)
+    detail: dict[str, Any] = {"model": model, "served": served, "latency_seconds": latency}
+    if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
+        return False, f"POST /v1/completions answered {status}: {str(answer)[:200]}", detail
+    choice = answer["choices"][0]
+    tokens = (answer.get("usage") or {}).get("completion_tokens", 0)
+    detail.update(
+        text=str(choice.get("text", ""))[:200],
+        finish_reason=choice.get("finish_reason"),
+        completion_tokens=tokens,
+    )
+    if not tokens:
+        return False, "the completion has no tokens", detail
+    return True, f"{tokens} tokens from {model} in {latency}s", detail
+
+
+def service_state(run: Runner, service: str) -> str:
+    rc, out = run(["systemctl", "is-active", f"{service}.service"], "", {})[:2]
+    return out.strip() or ("active" if rc == 0 else "unknown")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def temporary_server(spec: ServeSpec) -> tuple[bool, str, dict]:
+    """Start vLLM's OpenAI server from the venv, one completion, stop it."""
+    if not spec.model_path:
+        return False, "no running service and no model path for a temporary server", {}
+    key = secrets.token_urlsafe(24)
+    port = free_port()
+    argv = [
+        spec.python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        spec.model_path,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *spec.server_args,
+    ]
+    if spec.model:
+        argv += ["--served-model-name", spec.model]
+    env = {**os.environ, **spec.server_env, "VLLM_API_KEY": key}
+    base = f"http://127.0.0.1:{port}"
+    detail: dict[str, Any] = {"argv": argv}
+    with tempfile.TemporaryFile(mode="w+") as log:
+        start = time.monotonic()
+        proc = subprocess.Popen(  # argv from the module's options, no shell
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            ready = _wait_ready(proc, base, spec.startup_timeout)
+            detail["startup_seconds"] = round(time.monotonic() - start, 1)
+            if ready:
+                ok, reason, more = complete(base, key, spec.model, spec)
+                detail.update(more)
+            else:
+                ok, reason = False, f"the temporary server was not ready ({_exit(proc)})"
+        finally:
+            _stop(proc)
+        if not ok:
+            log.seek(0)
+            detail["log_tail"] = tail(log.read(), 25)
+    return ok, reason, redact(detail, [key])
+
+
+def _exit(proc: subprocess.Popen) -> str:
+    code = proc.poll()
+    return "still starting at the timeout" if code is None else f"it exited {code}"
+
+
+def _wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        status = request(base + "/health", "", None, 5)[0]
+        if status == 200:
+            return True
+        time.sleep(1)
+    return False
+
+
+def serve_check(spec: ServeSpec, run: Runner, check_mode: bool = False) -> CheckResult:
+    start = time.monotonic()
+    state = service_state(run, spec.service) if spec.mode != "temporary" else "not asked"
+    if spec.mode == "service" or (spec.mode == "auto" and state in ("active", "failed")):
+        if state != "active":
+            reason = f"{spec.service}.service is {state} (journalctl -u {spec.service} says why)"
+            return CheckResult("serve", FAILED, reason, {"mode": "service", "service": state})
+        ok, reason, detail = complete(spec.base_url, spec.api_key, spec.model, spec)
+        detail = {"mode": "service", "service": state, "base_url": spec.base_url, **detail}
+    elif check_mode:
+        return CheckResult(
+            "serve", SKIPPED, "check mode: would start a temporary server", {"mode": "temporary"}
+        )
+    else:
+        ok, reason, detail = temporary_server(spec)
+        detail = {"mode": "temporary", "service": state, **detail}
+    result = CheckResult("serve", OK if ok else FAILED, reason, detail, time.monotonic() - start)
+    return CheckResult(**redact(result.__dict__, [spec.api_key]))

@@ -1,0 +1,243 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Module: one acceptance check of a vLLM node (thin; logic in module_utils/acceptance.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: acceptance_check
+short_description: Run one acceptance check of a vLLM node and return its result
+version_added: "0.2.0"
+description:
+  - C(gpu_matmul) - per GPU a float32 matmul on device C(cuda) (ROCm's HIP device in PyTorch),
+    checked against a float64 CPU reference of the same inputs, in the node's venv.
+  - C(vllm_platform) - vLLM's own C(current_platform) and the attention backend its selector
+    picks for the model's head size and dtype, in the node's venv; fails when the platform is
+    not the stack's device.
+  - C(gpu_health) - temperatures, ECC counts and XGMI links read through the amdsmi Python
+    binding in the venv, against the thresholds.
+  - C(serve) - one completion from the node's model, through the running service's API, or
+    from a short-lived server on 127.0.0.1 when no service runs yet.
+  - On a stack without GPU (I(device=cpu)) C(gpu_matmul) and C(gpu_health) are skipped with
+    the reason. The module never fails for a failed check; it returns the result (status
+    ok, failed, skipped or error) and the playbook gates on all of them.
+options:
+  check:
+    description: The check to run.
+    type: str
+    required: true
+    choices: [gpu_matmul, vllm_platform, gpu_health, serve]
+  device:
+    description: The stack's device (C(rocm) when the stack has a C(rocm) section).
+    type: str
+    required: true
+    choices: [rocm, cpu]
+  stack:
+    description: The stack's name, for the messages.
+    type: str
+    default: ""
+  python:
+    description: The venv interpreter that has torch, vLLM and the amdsmi binding.
+    type: path
+    default: /opt/vllm/venv/bin/python
+  environment:
+    description:
+      - Environment of the probes and of a temporary server (the service's). Values of
+        variables named like secrets (C(*TOKEN*), C(*KEY*), C(*SECRET*), C(*PASSWORD*)) are
+        masked in the result.
+    type: dict
+    default: {}
+  expected_gpus:
+    description: GPUs the node must show (0 - any number above zero).
+    type: int
+    default: 0
+  matmul_size:
+    description: Rows and columns of the square matrices.
+    type: int
+    default: 1024
+  matmul_tolerance:
+    description: Largest accepted max abs error relative to the largest reference element.
+    type: float
+    default: 0.001
+  thresholds:
+    description:
+      - Health limits - max_hotspot_c, max_vram_c, max_ecc_correctable,
+        max_ecc_uncorrectable, xgmi_required (every GPU pair XGMI-linked).
+    type: dict
+    default: {}
+  model_path:
+    description: The model directory (head size and dtype for the selector; temporary server).
+    type: str
+    default: ""
+  dtype:
+    description: The served dtype (C(auto) - the model's torch_dtype).
+    type: str
+    default: auto
+  kv_cache_dtype:
+    description: The served KV-cache dtype.
+    type: str
+    default: auto
+  serve_mode:
+    description: C(auto) uses the service when it is active or failed, else a temporary server.
+    type: str
+    default: auto
+    choices: [auto, service, temporary]
+  service:
+    description: The systemd service name (without .service).
+    type: str
+    default: vllm
+  base_url:
+    description: The service's URL as seen from the node.
+    type: str
+    default: http://127.0.0.1:8000
+  api_key:
+    description: The service's API key (never logged, never in argv or the result).
+    type: str
+    default: ""
+  model:
+    description: The served model name (empty - the first one /v1/models lists).
+    type: str
+    default: ""
+  prompt:
+    description: The completion's prompt.
+    type: str
+    default: The capital of France is
+  max_tokens:
+    description: Tokens to generate.
+    type: int
+    default: 8
+  timeout:
+    description: Seconds per API request.
+    type: float
+    default: 120
+  server_args:
+    description: Extra arguments of a temporary server (the service's vLLM flags).
+    type: list
+    elements: str
+    default: []
+  startup_timeout:
+    description: Seconds a temporary server may take to answer /health.
+    type: float
+    default: 900
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
+"""
+
+EXAMPLES = r"""
+- name: GPU matmul
+  instinct.vllm.acceptance_check:
+    check: gpu_matmul
+    device: rocm
+    python: /opt/vllm/venv/bin/python
+  register: matmul
+"""
+
+RETURN = r"""
+result:
+  description: name, status (ok, failed, skipped, error), reason, detail, seconds.
+  type: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.acceptance import (  # noqa: E402
+    CHECKS,
+    NodeSpec,
+    ServeSpec,
+    Thresholds,
+    gpu_health,
+    gpu_matmul,
+    redact,
+    serve_check,
+    vllm_platform,
+)
+
+THRESHOLD_KEYS = set(Thresholds.__dataclass_fields__)
+SECRET_NAMES = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def secret_values(env: dict[str, str]) -> list[str]:
+    """Values of environment variables named like secrets (HF_TOKEN, VLLM_API_KEY...)."""
+    return [v for k, v in env.items() if any(s in k.upper() for s in SECRET_NAMES)]
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "check": {"type": "str", "required": True, "choices": list(CHECKS)},
+            "device": {"type": "str", "required": True, "choices": ["rocm", "cpu"]},
+            "stack": {"type": "str", "default": ""},
+            "python": {"type": "path", "default": "/opt/vllm/venv/bin/python"},
+            "environment": {"type": "dict", "default": {}},
+            "expected_gpus": {"type": "int", "default": 0},
+            "matmul_size": {"type": "int", "default": 1024},
+            "matmul_tolerance": {"type": "float", "default": 0.001},
+            "thresholds": {"type": "dict", "default": {}},
+            "model_path": {"type": "str", "default": ""},
+            "dtype": {"type": "str", "default": "auto"},
+            "kv_cache_dtype": {"type": "str", "default": "auto"},
+            "serve_mode": {
+                "type": "str",
+                "default": "auto",
+                "choices": ["auto", "service", "temporary"],
+            },
+            "service": {"type": "str", "default": "vllm"},
+            "base_url": {"type": "str", "default": "http://127.0.0.1:8000"},
+            "api_key": {"type": "str", "default": "", "no_log": True},
+            "model": {"type": "str", "default": ""},
+            "prompt": {"type": "str", "default": "The capital of France is"},
+            "max_tokens": {"type": "int", "default": 8, "no_log": False},
+            "timeout": {"type": "float", "default": 120.0},
+            "server_args": {"type": "list", "elements": "str", "default": []},
+            "startup_timeout": {"type": "float", "default": 900.0},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    unknown = set(p["thresholds"]) - THRESHOLD_KEYS
+    if unknown:
+        module.fail_json(
+            msg=f"thresholds: unknown keys {sorted(unknown)} (known: {sorted(THRESHOLD_KEYS)})"
+        )
+    env = {str(k): str(v) for k, v in p["environment"].items()}
+
+    def run(argv: list[str], stdin: str, extra: dict[str, str]) -> tuple[int, str, str]:
+        rc, out, err = module.run_command(
+            argv, data=stdin or None, environ_update=extra, binary_data=False
+        )
+        return rc, out, err
+
+    node = NodeSpec(p["device"], p["python"], p["stack"], env, p["expected_gpus"])
+    if p["check"] == "gpu_matmul":
+        result = gpu_matmul(node, run, p["matmul_size"], p["matmul_tolerance"])
+    elif p["check"] == "vllm_platform":
+        result = vllm_platform(node, run, p["model_path"], p["dtype"], p["kv_cache_dtype"])
+    elif p["check"] == "gpu_health":
+        result = gpu_health(node, run, Thresholds(**p["thresholds"]))
+    else:
+        spec = ServeSpec(
+            mode=p["serve_mode"],
+            service=p["service"],
+            base_url=p["base_url"],
+            api_key=p["api_key"],
+            model=p["model"],
+            prompt=p["prompt"],
+            max_tokens=p["max_tokens"],
+            timeout=p["timeout"],
+            python=p["python"],
+            model_path=p["model_path"],
+            server_args=p["server_args"],
+            server_env=env,
+            startup_timeout=p["startup_timeout"],
+        )
+        result = serve_check(spec, run, module.check_mode)
+    out = redact(result.as_dict(), [p["api_key"], *secret_values(env)])
+    module.exit_json(
+        changed=False, result=out, msg=f"{out['name']}: {out['status']}: {out['reason']}"
+    )
+
+
+if __name__ == "__main__":
+    main()
