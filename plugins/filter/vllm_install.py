@@ -59,7 +59,7 @@ def vllm_pip_args(options: Mapping[str, Any]) -> list[str]:
             args += ["--constraint", path]
     if not o.get("compile", True):
         args.append("--no-compile")
-    return args + ["--disable-pip-version-check", "--timeout", "120"]
+    return [*args, "--disable-pip-version-check", "--timeout", "120"]
 
 
 def vllm_wheel_install(
@@ -74,8 +74,8 @@ def vllm_wheel_install(
     spec = vllm.get("pip_spec") or f"{vllm['package']}=={vllm['version']}"
     args = _strs(pip_args, "pip_args")
     if vllm.get("index_url") and "--no-index" not in args:
-        args = args + ["--extra-index-url", str(vllm["index_url"])]
-    return {"name": [str(spec)] + _strs(extra_packages, "extra_packages"), "extra_args": args}
+        args = [*args, "--extra-index-url", str(vllm["index_url"])]
+    return {"name": [str(spec), *_strs(extra_packages, "extra_packages")], "extra_args": args}
 
 
 def _vllm_block(stack: Any) -> Mapping[str, Any]:
@@ -154,7 +154,9 @@ def vllm_source_patches(dirs: Any) -> list[dict[str, str]]:
             paths = sorted(root.glob("*.patch"))
         for p in paths:
             if not p.is_file():
-                raise AnsibleFilterError(f"vllm_source_patches: {series} names {p.name}, not in {d}")
+                raise AnsibleFilterError(
+                    f"vllm_source_patches: {series} names {p.name}, not in {d}"
+                )
             digest = hashlib.sha256(p.read_bytes()).hexdigest()
             copy = f"{len(out) + 1:02d}-{p.name}"
             out.append({"name": p.name, "path": str(p), "sha256": digest, "copy": copy})

@@ -15,8 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_SOURCE = {
     "sandbox-source": {
         "extends": "rocm-6.2.1",
-        "os": [{"distribution": "Debian", "version": "12", "codename": "bookworm",
-                "kernel_flavours": ["any"]}],
+        "os": [
+            {
+                "distribution": "Debian",
+                "version": "12",
+                "codename": "bookworm",
+                "kernel_flavours": ["any"],
+            }
+        ],
         "gpu_archs": [],
         "rocm": None,
         "torch": {"version": "2.13.0", "index_url": None, "packages": ["torch==2.13.0"]},
@@ -40,23 +46,33 @@ def test_pip_args_from_every_option() -> None:
         }
     )
     assert args == [
-        "--index-url", "https://mirror/simple",
+        "--index-url",
+        "https://mirror/simple",
         "--extra-index-url=https://x/simple",
         "--find-links=/opt/wheels",
         "--trusted-host=mirror",
         "--no-index",
-        "--cert", "/etc/ca.pem",
-        "--cache-dir", "/var/cache/pip",
-        "--constraint", "/opt/vllm/venv/instinct-vllm-lock.txt",
-        "--constraint", "/etc/site.txt",
+        "--cert",
+        "/etc/ca.pem",
+        "--cache-dir",
+        "/var/cache/pip",
+        "--constraint",
+        "/opt/vllm/venv/instinct-vllm-lock.txt",
+        "--constraint",
+        "/etc/site.txt",
         "--no-compile",
-        "--disable-pip-version-check", "--timeout", "120",
+        "--disable-pip-version-check",
+        "--timeout",
+        "120",
     ]
 
 
 def test_pip_args_defaults_disable_the_cache_and_keep_compiling() -> None:
     assert vi.vllm_pip_args({}) == [
-        "--no-cache-dir", "--disable-pip-version-check", "--timeout", "120"
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "--timeout",
+        "120",
     ]
 
 
@@ -70,7 +86,9 @@ def test_wheel_install_takes_pip_spec_from_index_url_on_rocm_7() -> None:
     got = vi.vllm_wheel_install(stack, ["--no-cache-dir"], ["ray==2.40.0"])
     assert got["name"] == ["vllm==0.20.1+rocm721", "ray==2.40.0"]
     assert got["extra_args"] == [
-        "--no-cache-dir", "--extra-index-url", "https://wheels.vllm.ai/rocm/0.20.1/rocm721"
+        "--no-cache-dir",
+        "--extra-index-url",
+        "https://wheels.vllm.ai/rocm/0.20.1/rocm721",
     ]
 
 
@@ -168,10 +186,25 @@ def test_source_patches_of_the_default_stack() -> None:
 
 def test_source_patches_name_a_missing_patch(tmp_path: Path) -> None:
     (tmp_path / "series").write_text("gone.patch\n")
-    with pytest.raises(AnsibleFilterError, match="names gone.patch"):
+    with pytest.raises(AnsibleFilterError, match=r"names gone\.patch"):
         vi.vllm_source_patches([str(tmp_path)])
 
 
 def test_source_patches_name_a_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(AnsibleFilterError, match="is not a directory"):
         vi.vllm_source_patches([str(tmp_path / "nope")])
+
+
+def test_the_wheel_method_installs_what_the_filter_renders() -> None:
+    """install_wheel.yml: the filter's output is what reaches pip (name and extra_args)."""
+    import yaml
+
+    tasks = yaml.safe_load((ROOT / "roles/vllm/tasks/install_wheel.yml").read_text())
+    decide = next(t for t in tasks if "_vllm_wheel" in t.get("ansible.builtin.set_fact", {}))
+    assert (
+        "instinct.vllm.vllm_wheel_install(_vllm_pip_args"
+        in decide["ansible.builtin.set_fact"]["_vllm_wheel"]
+    )
+    pip = next(t for t in tasks if "_vllm_wheel.name" in str(t.get("ansible.builtin.pip", "")))
+    assert pip["ansible.builtin.pip"]["name"].startswith("{{ _vllm_wheel.name")
+    assert pip["ansible.builtin.pip"]["extra_args"].startswith("{{ _vllm_wheel.extra_args")
