@@ -106,7 +106,7 @@ def _lock(text: str) -> dict[str, str]:
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if "==" in line:
-            name, _, version = line.partition("==")
+            name, version = line.split("==", 1)
             pins[name.strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
     return pins
 
