@@ -43,6 +43,8 @@ REQUIRED_KEYS: tuple[str, ...] = (
     "min_vram_gib_per_gpu",
 )
 INSTALL_METHODS: tuple[str, ...] = ("wheel", "source", "container")
+#: What vLLM's own platform detection may be expected to report (vllm.platform).
+VLLM_PLATFORMS: tuple[str, ...] = ("rocm", "cuda", "cpu", "unspecified")
 #: Kernel flavours a stack may list for an OS release (see ``kernel_flavour``).
 KERNEL_FLAVOURS: tuple[str, ...] = ("ga", "hwe", "any")
 
@@ -211,6 +213,23 @@ def _validate_torch(where: str, value: Any) -> None:
     _need_str(f"{where}.version", value["version"], nullable=True)
     _need_str(f"{where}.index_url", value["index_url"], nullable=True)
     _need_str_list(f"{where}.packages", value["packages"])
+    if "triton" in value:
+        _need_str(f"{where}.triton", value["triton"], nullable=True)
+
+
+def _validate_lock(where: str, value: Any) -> None:
+    """Optional ``lock``: the stack's pinned companion set (files/locks/<file>)."""
+    if value is None:
+        return
+    _need_mapping(where, value, ("file", "bounds"))
+    _need_str(f"{where}.file", value["file"])
+    _need_str_list(f"{where}.bounds", value["bounds"])
+    for key in ("drop", "free"):
+        if key in value:
+            _need_str_list(f"{where}.{key}", value[key])
+    for key in ("follow", "python"):
+        if key in value:
+            _need_str(f"{where}.{key}", value[key], nullable=True)
 
 
 def _validate_vllm(where: str, value: Any) -> None:
@@ -225,6 +244,14 @@ def _validate_vllm(where: str, value: Any) -> None:
     if value["source"] is not None and not isinstance(value["source"], Mapping):
         raise StackError(
             f"{where}.source: expected a mapping or null, got {_type_name(value['source'])}"
+        )
+    for key in ("index_url", "pip_spec", "python"):
+        if key in value:
+            _need_str(f"{where}.{key}", value[key], nullable=True)
+    if "platform" in value and value["platform"] not in VLLM_PLATFORMS:
+        raise StackError(
+            f"{where}.platform: expected one of {', '.join(VLLM_PLATFORMS)}, "
+            f"got {value['platform']!r}"
         )
 
 
@@ -242,6 +269,8 @@ def validate_stack(stack: Any, where: str) -> None:
     _validate_rocm(f"{where}.rocm", stack["rocm"])
     _validate_torch(f"{where}.torch", stack["torch"])
     _validate_vllm(f"{where}.vllm", stack["vllm"])
+    if "lock" in stack:
+        _validate_lock(f"{where}.lock", stack["lock"])
     _need_str_list(f"{where}.model_architectures", stack["model_architectures"], allow_empty=False)
     vram = stack["min_vram_gib_per_gpu"]
     if vram is not None and (

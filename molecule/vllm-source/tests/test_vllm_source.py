@@ -90,3 +90,55 @@ def test_the_wheel_came_back_to_the_controller_with_its_checksum(stamps):
     sums = (d / f"{stamps[HOSTS[0]]['wheel']}.sha256").read_text().split()
     assert sums[0] == stamps[HOSTS[0]]["sha256"]
     assert (d / "runtime-requirements.txt").read_text().strip()
+
+
+def _freeze(host) -> dict[str, str]:
+    out = host.check_output(
+        f"{VENV}/bin/python -c 'import json, importlib.metadata as md; "
+        'print(json.dumps({d.metadata["Name"].lower().replace("_", "-"): d.version '
+        "for d in md.distributions()}))'"
+    )
+    return json.loads(out)
+
+
+def _lock(text: str) -> dict[str, str]:
+    pins = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
+    return pins
+
+
+def test_every_host_installed_the_stack_lock(hosts):
+    scenario = Path(__file__).resolve().parents[1]
+    want = (scenario / "constraints.txt").read_text()
+    for name, h in hosts.items():
+        assert h.file(f"{VENV}/instinct-vllm-lock.txt").content_string == want, name
+        have = _freeze(h)
+        locked = _lock(want)
+        # Local versions compared as written (the lock pins torch==2.13.0+cpu itself).
+        off = {
+            n: (v, locked[n.replace(".", "-")])
+            for n, v in have.items()
+            if n.replace(".", "-") in locked and v != locked[n.replace(".", "-")]
+        }
+        assert not off, (name, off)
+        # vLLM 0.6.6 reads tokenizer.all_special_tokens_extended, which transformers 5 removed.
+        assert int(have["transformers"].split(".")[0]) == 4, (name, have["transformers"])
+        assert int(have["numpy"].split(".")[0]) == 1, (name, have["numpy"])
+
+
+def test_the_rocm_steps_were_skipped_for_the_stated_reason(stamps):
+    verified = stamps[HOSTS[0]]["verified"]
+    assert verified["triton"] == "skipped: stack sandbox-source has no ROCm (rocm: null)"
+
+
+def test_vllm_loaded_the_model_with_its_own_tokenizer_and_model_config(hosts):
+    got = json.loads(hosts[HOSTS[0]].file("/var/lib/instinct-vllm/contract.json").content_string)
+    assert got["step"] == "done", got
+    assert got["architectures"] == ["LlamaForCausalLM"]
+    assert got["max_model_len"] == 128
+    # get_cached_tokenizer (0.6.6) wraps it: the class name says vLLM's own code loaded it.
+    assert got["tokenizer"] == "CachedPreTrainedTokenizerFast" and got["vocab"] == 256

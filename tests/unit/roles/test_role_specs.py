@@ -13,8 +13,12 @@ ROLES = sorted(p for p in (Path(__file__).resolve().parents[3] / "roles").iterdi
 
 
 def _spec_options(role: Path) -> dict:
+    """The options of every entry point (main, and e.g. vllm's tasks_from: contract)."""
     spec = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())
-    return spec["argument_specs"]["main"].get("options", {})
+    options: dict = {}
+    for entry in spec["argument_specs"].values():
+        options.update(entry.get("options", {}))
+    return options
 
 
 def _defaults(role: Path) -> dict:
