@@ -56,10 +56,7 @@ def _is_template(value: object) -> bool:
 
 
 #: Known disagreements, each an xfail that turns into a failure (strict) once it is mended.
-_DEFAULTS_DIFFER = {
-    "vllm": "vllm_source_controller_dir: the spec shows ~/.cache/..., defaults/main.yml a "
-    "lookup of HOME (roles/vllm/meta/argument_specs.yml belongs to the vllm rework)",
-}
+_DEFAULTS_DIFFER: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("role", role_params(ROLES, _DEFAULTS_DIFFER), ids=lambda p: p.name)

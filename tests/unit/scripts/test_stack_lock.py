@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.instinct.vllm.plugins.module_utils import stack_matrix as sm
+from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_script():

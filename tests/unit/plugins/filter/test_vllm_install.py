@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.instinct.vllm.plugins.filter import vllm_install as vi
-from ansible_collections.instinct.vllm.plugins.module_utils import stack_matrix as sm
+from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 #: The vllm-source scenario's test stack (molecule/vllm-source/molecule.yml), its ROCm parts off.
 SANDBOX_SOURCE = {
