@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT
 
 DASHBOARD = ROOT / "roles" / "monitoring" / "files" / "instinct-vllm-dashboard.json"
@@ -56,7 +55,9 @@ def test_every_query_is_valid_promql(tmp_path: Path) -> None:
     ]
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    run = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True,
-                         check=False, timeout=60)
+    run = subprocess.run(
+        [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, check=False,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"SUCCESS: {len(rules)} rules found" in run.stdout

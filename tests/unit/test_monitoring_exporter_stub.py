@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, ROOT
 
 STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd-metrics-exporter"
@@ -37,8 +36,11 @@ def test_monitor_table_parsed_as_recorded() -> None:
 
 def test_metrics_use_the_exporter_names_and_labels() -> None:
     stub = load()
-    text = stub.render(stub.parse_monitor(MONITOR.read_text()), json.loads(STATIC.read_text()), "node1")
-    assert 'gpu_package_power{gpu_id="0",serial_number="692409006566",card_model="AMD Instinct MI300X",hostname="node1"} 182' in text
+    text = stub.render(
+        stub.parse_monitor(MONITOR.read_text()), json.loads(STATIC.read_text()), "node1"
+    )
+    labels = 'gpu_id="0",serial_number="692409006566",card_model="AMD Instinct MI300X"'
+    assert f'gpu_package_power{{{labels},hostname="node1"}} 182' in text
     assert re.search(r'^gpu_junction_temperature\{gpu_id="3",.*\} 40$', text, re.M)
     assert re.search(r'^gpu_total_vram\{gpu_id="7",.*\} 196592$', text, re.M)
     assert 'clock_type="GPU_CLOCK_TYPE_MEMORY"} 1230' in text
@@ -49,7 +51,9 @@ def test_metrics_use_the_exporter_names_and_labels() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool missing")
 def test_exposition_is_valid_for_promtool() -> None:
     stub = load()
-    text = stub.render(stub.parse_monitor(MONITOR.read_text()), json.loads(STATIC.read_text()), "n")
+    text = stub.render(
+        stub.parse_monitor(MONITOR.read_text()), json.loads(STATIC.read_text()), "n"
+    )
     run = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
                          text=True, check=False, timeout=60)
     # The one lint is the real exporter's own name (a gauge called gpu_nodes_total).

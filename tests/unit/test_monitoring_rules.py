@@ -18,12 +18,13 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.instinct.vllm.plugins.filter.monitoring import scrape_targets
-
 from conftest import FIXTURES, ROOT
 
 ROLE = ROOT / "roles" / "monitoring"
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run scripts/host-packages")
+pytestmark = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool missing: run scripts/host-packages"
+)
 
 
 def defaults(**over: object) -> dict:
@@ -42,14 +43,17 @@ def render(name: str, values: dict) -> str:
         for key, value in re.findall(r"(\w+)\s*:\s*('[^']*'|\w+)", first.removeprefix("#jinja2:")):
             options[key] = value.strip("'") if value.startswith("'") else value == "True"
         text = rest
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, **options)
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, **options
+    )
     env.filters["to_json"] = json.dumps
     return env.from_string(text).render(**values)
 
 
 def promtool(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PROMTOOL, *map(str, args)], capture_output=True, text=True, cwd=cwd, check=False, timeout=120
+        [PROMTOOL, *map(str, args)],
+        capture_output=True, text=True, cwd=cwd, check=False, timeout=120,
     )
 
 
@@ -135,9 +139,12 @@ def test_config_passes_promtool_and_keeps_the_key_out(tmp_path: Path) -> None:
     parsed = yaml.safe_load(text)
     jobs = {j["job_name"]: j for j in parsed["scrape_configs"]}
     assert set(jobs) == {"prometheus", "vllm", "node", "amd_gpu"}  # no gateway group here
-    assert jobs["vllm"]["authorization"] == {"type": "Bearer", "credentials_file": str(tmp_path / "vllm-api-key")}
-    assert jobs["vllm"]["static_configs"][1] == {"targets": ["10.20.0.12:8000"], "labels": {"node": "mi300x-02"}}
-    assert jobs["amd_gpu"]["static_configs"] == [{"targets": ["10.20.0.11:5000"], "labels": {"node": "mi300x-01"}}]
+    key_file = str(tmp_path / "vllm-api-key")
+    assert jobs["vllm"]["authorization"] == {"type": "Bearer", "credentials_file": key_file}
+    second = {"targets": ["10.20.0.12:8000"], "labels": {"node": "mi300x-02"}}
+    assert jobs["vllm"]["static_configs"][1] == second
+    amd = [{"targets": ["10.20.0.11:5000"], "labels": {"node": "mi300x-01"}}]
+    assert jobs["amd_gpu"]["static_configs"] == amd
 
 
 def test_config_without_key_sends_no_authorization(tmp_path: Path) -> None:
