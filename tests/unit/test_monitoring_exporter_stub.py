@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT
 
-STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd-metrics-exporter"
+STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd_metrics_exporter.py"
 MONITOR = FIXTURES / "instinct" / "amd-smi_monitor_putm_mi300x_8gpu.txt"
 STATIC = FIXTURES / "instinct" / "amd-smi_static_json_mi300x_8gpu_rocm7.2.1.json"
 

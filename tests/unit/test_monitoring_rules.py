@@ -38,7 +38,7 @@ def defaults(**over: object) -> dict:
 def render(name: str, values: dict) -> str:
     text = (ROLE / "templates" / name).read_text()
     options: dict[str, object] = {}
-    first, _, rest = text.partition("\n")
+    first, _newline, rest = text.partition("\n")
     if first.startswith("#jinja2:"):
         for key, value in re.findall(r"(\w+)\s*:\s*('[^']*'|\w+)", first.removeprefix("#jinja2:")):
             options[key] = value.strip("'") if value.startswith("'") else value == "True"
