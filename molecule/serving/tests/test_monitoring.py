@@ -109,9 +109,11 @@ def test_vllm_series_from_the_node(host):
         if float(s["value"][1]) > 0], 60, 2)
     assert tokens
     assert query(host, f'vllm:kv_cache_usage_perc{{node="{NODE}"}}')  # the V1 name on 0.32
-    state = query(host, 'node_systemd_unit_state{name="vllm.service", state="active"}')
+    # (node=: Debian's default config, live until ours replaced it, scraped localhost:9100 too.)
+    unit_active = f'node_systemd_unit_state{{name="vllm.service", state="active", node="{NODE}"}}'
+    state = query(host, unit_active)
     assert [s["value"][1] for s in state] == ["1"]
-    assert query(host, 'node_systemd_service_restart_total{name="vllm.service"}')
+    assert query(host, f'node_systemd_service_restart_total{{name="vllm.service", node="{NODE}"}}')
 
 
 def test_every_dashboard_query_runs(host):
