@@ -1,0 +1,63 @@
+"""The Grafana dashboard of role monitoring: valid JSON whose every query is valid PromQL.
+
+Each panel expression (Grafana's $node / $__rate_interval replaced as Grafana would) becomes a
+recording rule, which `promtool check rules` parses: a typo in a query fails here, offline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+DASHBOARD = ROOT / "roles" / "monitoring" / "files" / "instinct-vllm-dashboard.json"
+PROMTOOL = shutil.which("promtool")
+
+
+def panels() -> list[dict]:
+    return [p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] != "row"]
+
+
+def grafana_expr(expr: str) -> str:
+    return expr.replace("$__rate_interval", "1m").replace("$node", ".*")
+
+
+def test_dashboard_shape() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert dash["uid"] == "instinct-vllm"
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node"}
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in panels():
+        assert panel["targets"], panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+def test_both_vllm_generations_are_covered() -> None:
+    exprs = " ".join(t["expr"] for p in panels() for t in p["targets"])
+    for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",  # V1 / 0.6
+                 "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
+                 "gpu_gfx_activity", "gpu_package_power", "gpu_junction_temperature"):
+        assert name in exprs, name
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool missing: run scripts/host-packages")
+def test_every_query_is_valid_promql(tmp_path: Path) -> None:
+    rules = [
+        {"record": f"dashboard:panel{p['id']}:{t['refId']}", "expr": grafana_expr(t["expr"])}
+        for p in panels() for t in p["targets"]
+    ]
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    run = subprocess.run(
+        [PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, check=False,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in run.stdout

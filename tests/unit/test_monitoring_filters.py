@@ -1,0 +1,49 @@
+"""instinct.vllm.scrape_targets: Prometheus static_configs from inventory hosts."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.instinct.vllm.plugins.filter.monitoring import scrape_targets
+
+HOSTVARS = {
+    "a": {"ansible_host": "10.0.0.1", "vllm_service_port": 8001},
+    "b": {"ansible_host": "10.0.0.2", "monitoring_scrape_address": "127.0.0.1"},
+    "c": {},
+    "v6": {"ansible_host": "fd00::5"},
+    "bad": {"vllm_service_port": "eighty"},
+}
+
+
+def test_address_port_and_node_label() -> None:
+    assert scrape_targets(["a", "b", "c"], HOSTVARS, "vllm_service_port", 8000) == [
+        {"targets": ["10.0.0.1:8001"], "labels": {"node": "a"}},
+        {"targets": ["127.0.0.1:8000"], "labels": {"node": "b"}},  # monitoring_scrape_address wins
+        {"targets": ["c:8000"], "labels": {"node": "c"}},  # no ansible_host: the inventory name
+    ]
+
+
+def test_ipv6_is_bracketed_and_no_port_var_uses_the_default() -> None:
+    assert scrape_targets(["v6", "a"], HOSTVARS, "", 9100) == [
+        {"targets": ["[fd00::5]:9100"], "labels": {"node": "v6"}},
+        {"targets": ["10.0.0.1:9100"], "labels": {"node": "a"}},
+    ]
+
+
+def test_host_missing_from_hostvars_and_empty_list() -> None:
+    assert scrape_targets(["ghost"], HOSTVARS, "", 5000) == [
+        {"targets": ["ghost:5000"], "labels": {"node": "ghost"}}
+    ]
+    assert scrape_targets([], HOSTVARS, "", 5000) == []
+
+
+def test_bad_port_names_host_and_variable() -> None:
+    with pytest.raises(AnsibleFilterError, match=r"host bad: vllm_service_port .*'eighty'"):
+        scrape_targets(["bad"], HOSTVARS, "vllm_service_port", 8000)
+    with pytest.raises(AnsibleFilterError, match="default_port"):
+        scrape_targets(["c"], HOSTVARS, "", 70000)
+
+
+def test_a_string_is_not_a_host_list() -> None:
+    with pytest.raises(AnsibleFilterError, match="list of host names"):
+        scrape_targets("a", HOSTVARS, "", 1)
