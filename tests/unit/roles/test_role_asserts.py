@@ -31,15 +31,40 @@ def _options(role: Path) -> set[str]:
     return set(spec["argument_specs"]["main"].get("options", {}))
 
 
+def _role_vars(role: Path) -> dict:
+    path = role / "vars" / "main.yml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def _looped_names(task: dict, role_vars: dict) -> list[str] | None:
+    """The variable names a task loops over (a literal list, or a list in vars/main.yml)."""
+    loop = task.get("loop")
+    if isinstance(loop, str):
+        ref = re.fullmatch(r"\{\{\s*(\w+)\s*\}\}", loop.strip())
+        loop = role_vars.get(ref.group(1)) if ref else None
+    return loop if isinstance(loop, list) and all(isinstance(i, str) for i in loop) else None
+
+
+def _first_word(task: dict) -> str:
+    msg = str(task["ansible.builtin.assert"].get("fail_msg", "")).strip()
+    if re.match(r"\{\{\s*item\s*\}\}", msg):
+        return "{{ item }}"
+    return re.split(r"[\s:(]", msg, maxsplit=1)[0]
+
+
 def _problems(role: Path) -> list[str]:
     names = _options(role) | set(COLLECTION_VARS)
+    role_vars = _role_vars(role)
     found = []
     for task in _asserts(role):
-        args = task["ansible.builtin.assert"]
-        that = args.get("that")
+        that = task["ansible.builtin.assert"].get("that")
         if not (isinstance(that, str) or (isinstance(that, list) and len(that) == 1)):
             found.append(f"{task['name']!r}: 'that' holds {len(that)} rules, one per assert")
-        first = re.split(r"[\s:(]", str(args.get("fail_msg", "")).strip(), maxsplit=1)[0]
+        first = _first_word(task)
+        # a loop over variable names may name the variable through {{ item }}
+        looped = _looped_names(task, role_vars) if first == "{{ item }}" else None
+        if looped is not None and set(looped) <= names:
+            continue
         if first not in names:
             found.append(f"{task['name']!r}: fail_msg starts with {first!r}, not a variable")
     return found
