@@ -30,15 +30,6 @@ class ServerStat:
     weight: int
 
     @property
-    def admin_state(self) -> str:
-        """The state `set server ... state` would have set: maint, drain or ready."""
-        if self.status.startswith("MAINT"):
-            return "maint"
-        if self.status.startswith("DRAIN") or self.status.startswith("NOLB"):
-            return "drain"
-        return "ready"
-
-    @property
     def up(self) -> bool:
         return self.status == "UP"
 
@@ -75,6 +66,35 @@ def parse_stat(text: str, backend: str, server: str) -> ServerStat:
 
 def stat(path: str, backend: str, server: str) -> ServerStat:
     return parse_stat(command(path, "show stat"), backend, server)
+
+
+# srv_admin_state bits (HAProxy's SRV_ADMF_*): the ones `set server ... state` forces.
+_FMAINT = 0x01
+_FDRAIN = 0x08
+
+
+def parse_admin_state(text: str, backend: str, server: str) -> str:
+    """maint, drain or ready, from `show servers state <backend>` (forced admin flags only:
+    `show stat` cannot tell a drained node that is DOWN from one that is ready and DOWN)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = next((line for line in lines if line.startswith("# be_id")), None)
+    if header is None:
+        raise RuntimeApiError(f"show servers state {backend}: unexpected answer {text[:200]!r}")
+    columns = header[2:].split()
+    for line in lines:
+        if line.startswith("#"):
+            continue
+        row = dict(zip(columns, line.split()))  # noqa: B905 (targets may run Python < 3.10)
+        if row.get("be_name") == backend and row.get("srv_name") == server:
+            flags = int(row.get("srv_admin_state", "0"))
+            if flags & _FMAINT:
+                return "maint"
+            return "drain" if flags & _FDRAIN else "ready"
+    raise RuntimeApiError(f"HAProxy has no server {backend}/{server} (show servers state)")
+
+
+def admin_state(path: str, backend: str, server: str) -> str:
+    return parse_admin_state(command(path, f"show servers state {backend}"), backend, server)
 
 
 def set_state(path: str, backend: str, server: str, state: str) -> None:

@@ -92,6 +92,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.haproxy_runtime import (  # noqa: E402
     STATES,
     RuntimeApiError,
+    admin_state,
     healthy,
     idle,
     set_state,
@@ -117,7 +118,7 @@ def main() -> None:
     path, backend, server, state = p["socket"], p["backend"], p["server"], p["state"]
     try:
         before = stat(path, backend, server)
-        changed = before.admin_state != state
+        changed = admin_state(path, backend, server) != state
         if module.check_mode:
             module.exit_json(changed=changed, status_before=before.status, status=before.status,
                              scur_before=before.scur, scur=before.scur, waited=0.0, waited_ok=True)

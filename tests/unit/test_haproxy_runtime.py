@@ -11,8 +11,10 @@ import pytest
 from ansible_collections.instinct.vllm.plugins.module_utils.haproxy_runtime import (
     RuntimeApiError,
     ServerStat,
+    admin_state,
     healthy,
     idle,
+    parse_admin_state,
     parse_stat,
     set_state,
     stat,
@@ -27,6 +29,14 @@ STAT = (
     "vllm,node1,0,0,{s1},2,,20,0,0,,0,,0,0,0,0,{st1},{w1}\n"
     "vllm,node2,0,0,1,2,,20,0,0,,0,,0,0,0,0,UP,1\n"
     "vllm,BACKEND,0,0,3,5,200,40,0,0,0,0,,0,0,0,0,UP,2\n"
+)
+
+
+# `show servers state vllm` of HAProxy 2.6 (columns cut after srv_uweight).
+SERVERS_STATE = (
+    "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight\n"
+    "3 vllm 1 node1 10.88.0.5 2 {a1} 1\n"
+    "3 vllm 2 node2 10.88.0.6 2 0 1\n\n"
 )
 
 
@@ -47,6 +57,9 @@ class FakeHaproxy:
 
     def _answer(self, line: str) -> str:
         self.commands.append(line)
+        if line == "show servers state vllm":
+            flags = {"UP": 0, "DRAIN": 8, "MAINT": 1}[self.status]
+            return SERVERS_STATE.format(a1=flags)
         if line == "show stat":
             scur = self.scur.pop(0) if len(self.scur) > 1 else self.scur[0]
             return STAT.format(s1=scur, st1=self.status, w1=self.weight)
@@ -77,16 +90,24 @@ def fake(tmp_path: Path) -> Iterator[FakeHaproxy]:
 def test_parse_stat_reads_the_named_server() -> None:
     s = parse_stat(STAT.format(s1=4, st1="DRAIN", w1=0), "vllm", "node1")
     assert s == ServerStat("vllm", "node1", "DRAIN", 4, 0)
-    assert s.admin_state == "drain" and not s.up
+    assert not s.up
 
 
 @pytest.mark.parametrize(
-    ("status", "admin"),
-    [("UP", "ready"), ("DOWN", "ready"), ("UP 1/2", "ready"), ("DRAIN", "drain"),
-     ("NOLB", "drain"), ("MAINT", "maint"), ("MAINT (via vllm/node2)", "maint")],
+    ("flags", "admin"),
+    # 0x08 forced drain (also while DOWN), 0x01 forced maint (wins over drain), 0x10 drain
+    # inherited from a tracked server: not ours to clear.
+    [(0, "ready"), (8, "drain"), (1, "maint"), (9, "maint"), (16, "ready")],
 )
-def test_admin_state_from_status(status: str, admin: str) -> None:
-    assert ServerStat("b", "s", status, 0, 1).admin_state == admin
+def test_admin_state_from_the_forced_flags(flags: int, admin: str) -> None:
+    assert parse_admin_state(SERVERS_STATE.format(a1=flags), "vllm", "node1") == admin
+
+
+def test_admin_state_unknown_server_or_answer() -> None:
+    with pytest.raises(RuntimeApiError, match="vllm/node9"):
+        parse_admin_state(SERVERS_STATE.format(a1=0), "vllm", "node9")
+    with pytest.raises(RuntimeApiError, match="unexpected answer"):
+        parse_admin_state("Can't find backend.\n", "vllm", "node1")
 
 
 def test_parse_stat_unknown_server_names_it() -> None:
@@ -98,6 +119,7 @@ def test_set_state_and_stat_over_the_socket(fake: FakeHaproxy) -> None:
     set_state(str(fake.path), "vllm", "node1", "drain")
     assert fake.commands == ["set server vllm/node1 state drain"]
     assert stat(str(fake.path), "vllm", "node1").status == "DRAIN"
+    assert admin_state(str(fake.path), "vllm", "node1") == "drain"
 
 
 def test_set_state_refused_by_haproxy_raises(fake: FakeHaproxy) -> None:
