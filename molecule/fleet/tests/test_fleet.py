@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import httpx2 as httpx  # the HTTP client the pinned openai SDK uses
 import pytest
 
 SCENARIO = Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def rollout(ca: str, change: str, *extra: str) -> tuple[subprocess.CompletedProc
     load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
     time.sleep(3)
     t0 = time.monotonic()
-    run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / change}", *extra)
+    run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}", *extra)
     seconds = time.monotonic() - t0
     time.sleep(3)
     return run, load.stop(), seconds
