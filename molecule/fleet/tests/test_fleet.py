@@ -209,9 +209,28 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures):
     servers = gateway_servers()
     assert servers["fleet-node1"]["status"] == "MAINT"
     assert servers["fleet-node2"]["status"] == "UP"
-    assert main_pid("fleet-node2") == before["fleet-node2"]  # never touched
+    assert main_pid("fleet-node2") == before["fleet-node2"]
+    assert "fleet-node2" not in run.stdout  # the rollout never reached it
     # The other node serves alone.
     assert openai_client(ca).models.list().data[0].id == MODEL
+
+
+def test_rollback_restores_the_last_good_release(ca, figures):
+    """The same failing change with instinct_vllm_rollback: fleet-node1 goes back to what its
+    last passed gate saved (run 1's unit), is gated again and put back; the run still fails."""
+    good = sh("fleet-node1", "cat /var/lib/instinct-vllm/release/last-good.service")
+    assert "--max-model-len 512" in good and "demo-gptoss-legacy-r2" in good
+    run, outcomes, seconds = rollout(ca, "change-bad-node1.yml",
+                                     "-e", "instinct_vllm_rollback=true")
+    bad = failed(outcomes)
+    figures.append(f"run 3 (same failure, instinct_vllm_rollback=true): rc={run.returncode} "
+                   f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert "Rolled back to its last good release" in run.stdout
+    assert not bad, [o.error for o in bad[:5]]
+    assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
+    assert gateway_servers()["fleet-node1"]["status"] == "UP"
+    assert "fleet-node2" not in run.stdout
 
 
 # ---------------------------------------------------------------------------- logs last
