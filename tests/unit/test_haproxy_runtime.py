@@ -72,7 +72,7 @@ class FakeHaproxy:
     def _serve(self) -> None:
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn, _peer = self.sock.accept()
             except OSError:
                 return
             with conn:

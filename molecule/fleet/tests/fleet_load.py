@@ -36,7 +36,7 @@ def stream_once(client: Any, model: str, max_tokens: int) -> Outcome:
             max_tokens=max_tokens, stream=True,
         ):
             for choice in chunk.choices:
-                if ttft is None and (choice.delta.content or ""):
+                if ttft is None and choice.delta.content:
                     ttft = time.monotonic() - t0
                 finish = choice.finish_reason or finish
             chunks += 1
@@ -70,7 +70,7 @@ class Load:
                 self._stop.wait(self.pause)
 
     def start(self) -> Load:
-        for _ in range(self.workers):
+        for _worker in range(self.workers):
             t = threading.Thread(target=self._work, daemon=True)
             t.start()
             self._threads.append(t)

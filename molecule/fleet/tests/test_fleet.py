@@ -144,7 +144,7 @@ def test_401_without_or_with_a_wrong_key(ca, auth):
 def test_429_past_the_key_rate_limit(ca):
     with http(ca) as c:
         codes = [c.get("/v1/models", headers={"Authorization": f"Bearer {LIMITED_KEY}"}).status_code
-                 for _ in range(8)]
+                 for _request in range(8)]
         other = c.get("/v1/models", headers={"Authorization": f"Bearer {LOAD_KEY}"}).status_code
     assert codes[:5] == [200] * 5 and set(codes[5:]) == {429}, codes
     assert other == 200  # the limit is per key
