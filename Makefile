@@ -4,13 +4,16 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 
-.PHONY: help test demo demo-down bench venv collections image host-packages lint sanity unit lock
+.PHONY: help test test-fleet demo demo-down bench venv collections image host-packages lint sanity unit lock
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, every Molecule scenario
+test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, every Molecule scenario but the opt-in fleet
 	scripts/test
+
+test-fleet: ## the opt-in fleet scenario (gateway + two nodes, two rolling updates under load; long)
+	SCENARIOS=fleet STAGES=molecule scripts/test
 
 demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint
 	.venv/bin/python scripts/demo up

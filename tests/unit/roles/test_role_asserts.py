@@ -49,7 +49,7 @@ def _first_word(task: dict) -> str:
     msg = str(task["ansible.builtin.assert"].get("fail_msg", "")).strip()
     if re.match(r"\{\{\s*item\s*\}\}", msg):
         return "{{ item }}"
-    return re.split(r"[\s:(]", msg, maxsplit=1)[0]
+    return re.split(r"[\s:([]", msg, maxsplit=1)[0]
 
 
 def _problems(role: Path) -> list[str]:

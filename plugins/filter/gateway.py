@@ -1,0 +1,79 @@
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters for role gateway.
+
+Usage::
+
+    groups['vllm_nodes'] | instinct.vllm.gateway_nodes(hostvars)
+        -> [{'name': 'node1', 'address': '10.0.0.11', 'port': 8000}, ...]
+    gateway_api_keys | instinct.vllm.gateway_key_hashes
+        -> [{'name': 'team-a', 'sha256': '<64 hex>', 'rate_limit': 600 | None}, ...]
+
+gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name) and
+``vllm_service_port`` (else 8000); the HAProxy server is named after the inventory host.
+gateway_key_hashes: ``key_sha256`` as given (lower case) or the SHA-256 of ``key``; the clear key
+does not appear in the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+def gateway_nodes(hosts: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Inventory hosts -> HAProxy backend servers (name, address, port)."""
+    if isinstance(hosts, (str, bytes)) or not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("instinct.vllm.gateway_nodes: expects a list of host names")
+    nodes = []
+    for host in hosts:
+        name = str(host)
+        if not _SERVER_NAME.match(name):
+            raise AnsibleFilterError(
+                f"instinct.vllm.gateway_nodes: host {name!r} is not a valid HAProxy server name"
+            )
+        hv = hostvars[name]
+        address = hv.get("gateway_node_address") or hv.get("ansible_host") or name
+        nodes.append({"name": name, "address": str(address),
+                      "port": int(hv.get("vllm_service_port") or 8000)})
+    return nodes
+
+
+def gateway_key_hashes(keys: Any) -> list[dict[str, Any]]:
+    """gateway_api_keys -> [{name, sha256, rate_limit}] (no clear key in the result)."""
+    if not isinstance(keys, (list, tuple)):
+        raise AnsibleFilterError(
+            "instinct.vllm.gateway_key_hashes: expects gateway_api_keys (a list)"
+        )
+    out = []
+    for i, entry in enumerate(keys):
+        if not isinstance(entry, Mapping) or "name" not in entry:
+            raise AnsibleFilterError(
+                f"instinct.vllm.gateway_key_hashes: gateway_api_keys[{i}] has no name"
+            )
+        if entry.get("key_sha256"):
+            digest = str(entry["key_sha256"]).lower()
+        elif entry.get("key"):
+            digest = hashlib.sha256(str(entry["key"]).encode()).hexdigest()
+        else:
+            raise AnsibleFilterError(
+                f"instinct.vllm.gateway_key_hashes: gateway_api_keys[{i}] ({entry['name']}) "
+                "has neither key nor key_sha256"
+            )
+        limit = entry.get("rate_limit")
+        out.append({"name": str(entry["name"]), "sha256": digest,
+                    "rate_limit": None if limit is None else int(limit)})
+    return out
+
+
+class FilterModule:
+    """instinct.vllm gateway filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"gateway_nodes": gateway_nodes, "gateway_key_hashes": gateway_key_hashes}

@@ -1,0 +1,56 @@
+"""Filters of role gateway: backends from the inventory, key hashes without the clear key."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.instinct.vllm.plugins.filter.gateway import (
+    gateway_key_hashes,
+    gateway_nodes,
+)
+
+
+def test_nodes_use_address_then_ansible_host_then_name() -> None:
+    hv = {
+        "n1": {"gateway_node_address": "10.0.0.1", "ansible_host": "n1.example",
+               "vllm_service_port": 8001},
+        "n2": {"ansible_host": "n2.example"},
+        "n3": {},
+    }
+    assert gateway_nodes(["n1", "n2", "n3"], hv) == [
+        {"name": "n1", "address": "10.0.0.1", "port": 8001},
+        {"name": "n2", "address": "n2.example", "port": 8000},
+        {"name": "n3", "address": "n3", "port": 8000},
+    ]
+
+
+@pytest.mark.parametrize("bad", ["node 1", "n/1", "n#1"])
+def test_nodes_refuse_names_haproxy_refuses(bad: str) -> None:
+    with pytest.raises(AnsibleFilterError, match="valid HAProxy server name"):
+        gateway_nodes([bad], {bad: {}})
+
+
+def test_nodes_refuse_a_string() -> None:
+    with pytest.raises(AnsibleFilterError, match="list of host names"):
+        gateway_nodes("n1", {})
+
+
+def test_key_hashes_hash_clear_keys_and_keep_given_hashes() -> None:
+    given = "AB" * 32
+    out = gateway_key_hashes([
+        {"name": "a", "key": "clear-key-123456789", "rate_limit": "5"},
+        {"name": "b", "key_sha256": given},
+    ])
+    assert out == [
+        {"name": "a", "sha256": hashlib.sha256(b"clear-key-123456789").hexdigest(),
+         "rate_limit": 5},
+        {"name": "b", "sha256": given.lower(), "rate_limit": None},
+    ]
+    assert "clear-key-123456789" not in repr(out)
+
+
+def test_key_hashes_name_the_entry_without_a_key() -> None:
+    with pytest.raises(AnsibleFilterError, match=r"gateway_api_keys\[1\] \(b\)"):
+        gateway_key_hashes([{"name": "a", "key": "x" * 20}, {"name": "b"}])
