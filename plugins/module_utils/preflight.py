@@ -326,12 +326,12 @@ def _check_kernel_abi(
     f.add(
         "kernel_abi",
         inside,
-        f"running kernel {kernel} (ansible_facts.kernel) is outside the kernel ABIs amdgpu-dkms "
-        f"of {where} was seen to build on ({seen}); an Ubuntu ABI update has broken the DKMS "
-        f"build before (ROCm issue 3701: 6.8.0-44 with ROCm 6.2.0). Fix: boot a kernel in that "
-        f"range (linux-image-<release>, held with apt-mark hold), or, once amdgpu-dkms is seen "
-        f"to build on this one, widen kernel_abi in instinct_vllm_stacks_extra "
-        f"(preflight_kernel_abi_policy: {policy}).",
+        f"running kernel {kernel} (ansible_facts.kernel) is outside {where} ({seen}), the "
+        f"kernel ABIs the stack's amdgpu-dkms was seen to build on; an Ubuntu ABI update has "
+        f"broken the DKMS build before (ROCm issue 3701: 6.8.0-44 with ROCm 6.2.0). Fix: "
+        f"boot a kernel in that range (linux-image-<release>, held with apt-mark hold), or, "
+        f"once amdgpu-dkms is seen to build on this one, widen kernel_abi in "
+        f"instinct_vllm_stacks_extra (preflight_kernel_abi_policy: {policy}).",
         level,
     )
 
@@ -370,11 +370,12 @@ def _check_sliding_window(
         "sliding_window",
         False,
         f"the model uses a sliding window of {window} tokens (config.json sliding_window, or "
-        f"preflight_model_sliding_window) and stack '{stack['name']}' serves it with Triton "
-        f"flash-attention, which ignores sliding windows: answers past {window} tokens would be "
-        f"silently wrong. Fix: set vllm_source_ck_flash_attention: true (builds CK "
-        f"flash-attention), or cap the context at the window "
-        f"(vllm_service_flags max-model-len <= {window}).",
+        f"preflight_model_sliding_window) and stack '{stack['name']}' serves it with an "
+        f"attention backend that ignores sliding windows (vllm.attention.sliding_window: "
+        f"requires_ck_flash_attention; vLLM 0.6's default Triton flash-attention on ROCm): "
+        f"answers past {window} tokens would be silently wrong. Fix: set "
+        f"vllm_source_ck_flash_attention: true (builds CK flash-attention), or cap the "
+        f"context at the window (vllm_service_flags max-model-len <= {window}).",
     )
 
 
