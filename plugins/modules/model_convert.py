@@ -321,7 +321,7 @@ def main() -> None:
     if snapshots:
         result["progress"] = snapshots
     if live.error:
-        result["warnings"] = [live.error]
+        module.warn(live.error)
     module.exit_json(**result)
 
 

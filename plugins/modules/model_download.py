@@ -217,8 +217,9 @@ def main() -> None:
         result = fetch(module, progress, secrets)
     except mf.FetchError as exc:
         module.fail_json(msg=f"download of {shown} failed: {exc}", dest=p["dest"], source=shown)
-    warnings = [progress.error] if progress.error else []
-    module.exit_json(source=shown, warnings=warnings, **result)
+    if progress.error:
+        module.warn(progress.error)
+    module.exit_json(source=shown, **result)
 
 
 if __name__ == "__main__":
