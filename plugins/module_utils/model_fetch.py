@@ -44,6 +44,8 @@ _HEADER_SECRET = re.compile(
 )
 _SCHEME_TOKEN = re.compile(r"(?i)\b(?P<scheme>bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")
+_HTML_HEAD = re.compile(r"(?is)<(head|script|style)\b.*?</\1\s*>")
+_HTML_TAG = re.compile(r"(?s)<[^>]*>")
 
 
 def redact(text: Any, secrets: Iterable[Any] = ()) -> str:
@@ -210,6 +212,8 @@ def describe_error(exc: BaseException) -> str:
                 body = reader(2048).decode("utf-8", "replace").strip()
             except Exception:  # (the body is a bonus)
                 body = ""
+        if body.startswith("<"):  # an HTML error page: its text, not its markup
+            body = _HTML_TAG.sub(" ", _HTML_HEAD.sub(" ", body))
         reason = getattr(exc, "reason", "") or getattr(exc, "msg", "")
         text = f"HTTP {code} {reason}".strip()
         return f"{text}: {' '.join(body.split())[:500]}" if body else text

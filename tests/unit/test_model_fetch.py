@@ -88,6 +88,17 @@ def test_http_error_says_why_without_the_token() -> None:
     assert "t0ps3cret-value" not in msg
 
 
+def test_html_error_page_becomes_its_text() -> None:
+    page = (
+        b'<!DOCTYPE HTML><html lang="en"><head><title>Error response</title></head>'
+        b"<body><h1>Error response</h1><p>Message: File not found.</p></body></html>"
+    )
+    exc = urllib.error.HTTPError("http://h/x", 404, "File not found", Message(), io.BytesIO(page))
+    assert mf.describe_error(exc) == (
+        "HTTP 404 File not found: Error response Message: File not found."
+    )
+
+
 # --- download ----------------------------------------------------------------------------------
 
 
