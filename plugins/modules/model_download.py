@@ -77,6 +77,7 @@ attributes:
     description: Says whether it would download; fetches nothing.
   diff_mode:
     support: none
+    description: Nothing is shown as a diff; the result says what was written.
 """
 
 EXAMPLES = r"""
