@@ -117,6 +117,14 @@ options:
         cache with C(copy_file_range).
     type: bool
     default: true
+  progress_file:
+    description:
+      - Where to write the copy's progress as JSON (C(phase), C(label), C(done), C(total) in
+        bytes, C(started), C(updated)) about once a second, for a task run with C(async) and
+        polled (role C(instinct.vllm.model) shows it with the C(instinct.vllm.progress_message)
+        filter). Empty writes none.
+    type: path
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -214,11 +222,16 @@ progress:
   elements: str
 """
 
+import os  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.model_convert import (  # noqa: E402
     ConvertError,
     ConvertOptions,
     convert,
+)
+from ansible_collections.instinct.vllm.plugins.module_utils.model_fetch import (  # noqa: E402
+    ProgressFile,
 )
 
 
@@ -261,6 +274,7 @@ def main() -> None:
             },
             "force": {"type": "bool", "default": False},
             "direct_io": {"type": "bool", "default": True},
+            "progress_file": {"type": "path", "default": ""},
         },
         supports_check_mode=True,
     )
@@ -280,8 +294,14 @@ def main() -> None:
     )
     snapshots: list[str] = []
     next_step = [10]
+    live = ProgressFile(
+        None if module.check_mode else p["progress_file"] or None,
+        "convert",
+        os.path.basename(p["dest"]),
+    )
 
     def progress(done: int, total: int, name: str) -> None:
+        live.update(done, total, force=done >= total)
         pct = 100 * done // total if total else 100
         if pct >= next_step[0]:
             line = f"{pct}% {done / 1e9:.2f}/{total / 1e9:.2f} GB ({name})"
@@ -300,6 +320,8 @@ def main() -> None:
         result["diff"] = diff
     if snapshots:
         result["progress"] = snapshots
+    if live.error:
+        module.warn(live.error)
     module.exit_json(**result)
 
 

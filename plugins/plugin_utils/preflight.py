@@ -315,6 +315,86 @@ def _check_driver(
         f.add("secure_boot", True)
 
 
+def _check_kernel_abi(
+    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], policy: str
+) -> None:
+    """The running kernel against the ABI range the stack's amdgpu-dkms was seen to build on."""
+    abi = (stack.get("rocm") or {}).get("kernel_abi")
+    if not abi:
+        f.add("kernel_abi", True)
+        return
+    kernel = str(host.get("kernel", ""))
+    running = sm.kernel_abi(kernel)
+    low, high = sm.kernel_abi(abi["min"]), sm.kernel_abi(abi.get("max"))
+    seen = f"{abi['min']} to {abi.get('max') or 'the newest'}"
+    level = "error" if policy == "fail" else "warning"
+    where = f"stack '{stack['name']}' rocm.kernel_abi"
+    if running is None:
+        f.add(
+            "kernel_abi",
+            False,
+            f"running kernel {kernel!r} (ansible_facts.kernel) has no X.Y.Z-N ABI to compare "
+            f"with {where} ({seen}) (preflight_kernel_abi_policy: {policy}).",
+            level,
+        )
+        return
+    inside = low is not None and running >= low and (high is None or running <= high)
+    f.add(
+        "kernel_abi",
+        inside,
+        f"running kernel {kernel} (ansible_facts.kernel) is outside {where} ({seen}), the "
+        f"kernel ABIs the stack's amdgpu-dkms was seen to build on; an Ubuntu ABI update has "
+        f"broken the DKMS build before (ROCm issue 3701: 6.8.0-44 with ROCm 6.2.0). Fix: "
+        f"boot a kernel in that range (linux-image-<release>, held with apt-mark hold), or, "
+        f"once amdgpu-dkms is seen to build on this one, widen kernel_abi in "
+        f"instinct_vllm_stacks_extra (preflight_kernel_abi_policy: {policy}).",
+        level,
+    )
+
+
+def sliding_window(config: Mapping[str, Any] | None) -> int | None:
+    """The sliding window a model's config.json asks for, as vLLM reads it: ``sliding_window``
+    (an int, or a per-layer list whose largest entry counts), ignored when
+    ``use_sliding_window`` is false (Qwen2); None when the model has none."""
+    if not config:
+        return None
+    if config.get("use_sliding_window") is False:
+        return None
+    window = config.get("sliding_window")
+    if isinstance(window, list):
+        window = max((w for w in window if isinstance(w, int) and w > 0), default=None)
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        return None
+    return window
+
+
+def _check_sliding_window(
+    f: _Findings,
+    stack: Mapping[str, Any],
+    window: int | None,
+    ck_flash_attention: bool,
+    max_model_len: int | None,
+) -> None:
+    support = (stack["vllm"].get("attention") or {}).get("sliding_window", "supported")
+    if support != "requires_ck_flash_attention" or not window or ck_flash_attention:
+        f.add("sliding_window", True)
+        return
+    if max_model_len is not None and max_model_len <= window:
+        f.add("sliding_window", True)  # no sequence ever reaches the window
+        return
+    f.add(
+        "sliding_window",
+        False,
+        f"the model uses a sliding window of {window} tokens (config.json sliding_window, or "
+        f"preflight_model_sliding_window) and stack '{stack['name']}' serves it with an "
+        f"attention backend that ignores sliding windows (vllm.attention.sliding_window: "
+        f"requires_ck_flash_attention; vLLM 0.6's default Triton flash-attention on ROCm): "
+        f"answers past {window} tokens would be silently wrong. Fix: set "
+        f"vllm_source_ck_flash_attention: true (builds CK flash-attention), or cap the "
+        f"context at the window (vllm_service_flags max-model-len <= {window}).",
+    )
+
+
 def evaluate(
     stack: Mapping[str, Any],
     host: Mapping[str, Any],
@@ -328,7 +408,9 @@ def evaluate(
     memtotal_mb, mounts). ``gpus``: the gpu_facts module's ``gpu_facts``. ``settings``:
     disk_requirements [{path, min_free_gib, purpose}], min_memory_gib, gpu_count (int or None),
     tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
-    secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore).
+    secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore),
+    kernel_abi_policy (warn|fail), sliding_window (int; 0 or None: read from model_config, the
+    model's config.json as a mapping), ck_flash_attention (bool), max_model_len (int or None).
     """
     f = _Findings()
     heads = settings.get("num_attention_heads") or None
@@ -340,6 +422,14 @@ def evaluate(
     _check_gpus(f, stack, gpus, None if expected in (None, "", -1) else int(expected))
     _check_parallel(f, stack, gpus, int(settings.get("tensor_parallel_size", 1)), heads)
     _check_model(f, stack, settings.get("model_architecture") or None, extra)
+    _check_sliding_window(
+        f,
+        stack,
+        int(settings.get("sliding_window") or 0) or sliding_window(settings.get("model_config")),
+        bool(settings.get("ck_flash_attention", False)),
+        int(settings.get("max_model_len") or 0) or None,
+    )
+    _check_kernel_abi(f, stack, host, str(settings.get("kernel_abi_policy", "warn")))
     _check_driver(
         f,
         stack,

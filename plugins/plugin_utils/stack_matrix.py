@@ -47,6 +47,9 @@ INSTALL_METHODS: tuple[str, ...] = ("wheel", "source", "container")
 VLLM_PLATFORMS: tuple[str, ...] = ("rocm", "cuda", "cpu", "unspecified")
 #: Kernel flavours a stack may list for an OS release (see ``kernel_flavour``).
 KERNEL_FLAVOURS: tuple[str, ...] = ("ga", "hwe", "any")
+#: ``vllm.attention.sliding_window``: how the stack's default attention backend treats a
+#: model's sliding window (optional key; absent means supported).
+SLIDING_WINDOW_SUPPORT: tuple[str, ...] = ("supported", "requires_ck_flash_attention")
 
 
 class StackError(ValueError):
@@ -198,6 +201,7 @@ def _validate_rocm(where: str, value: Any) -> None:
     _need_str_list(f"{where}.driver_packages", value["driver_packages"])
     _need_str_list(f"{where}.packages", value["packages"], allow_empty=False)
     _need_str(f"{where}.path", value["path"])
+    _validate_kernel_abi(f"{where}.kernel_abi", value.get("kernel_abi"))
     repos = value["repos"]
     if not isinstance(repos, list) or not repos:
         raise StackError(f"{where}.repos: expected a non-empty list of repositories")
@@ -206,6 +210,33 @@ def _validate_rocm(where: str, value: Any) -> None:
         _need_mapping(here, repo, ("name", "uris", "suites", "components"))
         for key in ("name", "uris", "suites", "components"):
             _need_str(f"{here}.{key}", repo[key])
+
+
+_KERNEL_ABI = re.compile(r"^(\d+)\.(\d+)\.(\d+)-(\d+)(?:[.-].*)?$")
+
+
+def kernel_abi(kernel_release: Any) -> tuple[int, int, int, int] | None:
+    """``'6.8.0-41-generic'`` -> ``(6, 8, 0, 41)`` (Ubuntu/Debian ``X.Y.Z-ABI[-flavour]``, the
+    flavour ignored); None when the release has no ABI number."""
+    match = _KERNEL_ABI.match(str(kernel_release))
+    if match is None:
+        return None
+    major, minor, patch, abi = (int(g) for g in match.groups())
+    return major, minor, patch, abi
+
+
+def _validate_kernel_abi(where: str, value: Any) -> None:
+    """Optional ``rocm.kernel_abi``: ``{min: "X.Y.Z-N", max: "X.Y.Z-N" | null}``."""
+    if value is None:
+        return
+    _need_mapping(where, value, ("min",))
+    low, high = kernel_abi(value["min"]), kernel_abi(value.get("max"))
+    if low is None:
+        raise StackError(f'{where}.min: expected a kernel release "X.Y.Z-N", got {value["min"]!r}')
+    if value.get("max") is not None and (high is None or high < low):
+        raise StackError(
+            f'{where}.max: expected a kernel release "X.Y.Z-N" not below min, got {value["max"]!r}'
+        )
 
 
 def _validate_torch(where: str, value: Any) -> None:
@@ -241,6 +272,14 @@ def _validate_vllm(where: str, value: Any) -> None:
             f"{where}.install_method: expected one of {', '.join(INSTALL_METHODS)}, "
             f"got {value['install_method']!r}"
         )
+    attention = value.get("attention")
+    if attention is not None:
+        _need_mapping(f"{where}.attention", attention, ("sliding_window",))
+        if attention["sliding_window"] not in SLIDING_WINDOW_SUPPORT:
+            raise StackError(
+                f"{where}.attention.sliding_window: expected one of "
+                f"{', '.join(SLIDING_WINDOW_SUPPORT)}, got {attention['sliding_window']!r}"
+            )
     if value["source"] is not None and not isinstance(value["source"], Mapping):
         raise StackError(
             f"{where}.source: expected a mapping or null, got {_type_name(value['source'])}"

@@ -92,3 +92,26 @@ def test_converted_model_generates_with_transformers(host):
     result = host.run(f'{PY} -c "{script}" {DEMO}')
     assert result.rc == 0, result.stderr
     assert result.stdout.split() == ["LlamaForCausalLM", "5"]
+
+
+SECRETS = ("pw-s3cret-1", "t0k-s3cret-2", "hdr-s3cret-3")
+
+
+def test_url_source_downloaded_unpacked_and_converted(host):
+    cfg = _json(host, "/srv/models/url-legacy/config.json")
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    archive = host.file("/srv/models/.downloads/url-legacy-legacy.tar")
+    assert archive.exists and archive.sha256sum == host.file("/srv/www/legacy.tar").sha256sum
+    assert not host.file("/srv/models/.downloads/url-legacy-legacy.tar.part").exists
+    progress = _json(host, "/srv/models/.downloads/url-legacy-legacy.tar.progress.json")
+    assert progress["done"] == progress["total"] == archive.size
+    convert = _json(host, "/srv/models/.url-legacy.convert-progress.json")
+    assert convert["phase"] == "convert" and convert["done"] == convert["total"] > 0
+
+
+def test_failed_download_says_why_without_secrets(host):
+    msg = host.file("/srv/models/missing.failure").content_string
+    assert "HTTP 404" in msg and "127.0.0.1:8765/missing.tar" in msg, msg
+    for secret in SECRETS:
+        assert secret not in msg, msg
+    assert not host.file("/srv/models/.downloads/missing-missing.tar").exists

@@ -47,6 +47,11 @@ TEST_STACK = {
     },
 }
 
+SLIDING = {
+    "preflight_tensor_parallel_size": 8,
+    "preflight_model_config_file": "/opt/preflight-stubs/share/mistral-config.json",
+}
+
 CASES: dict[str, dict] = {
     "good_cpu": {"instinct_vllm_stack": "cpu"},
     "good_gpu_stubs": {
@@ -65,6 +70,22 @@ CASES: dict[str, dict] = {
         "preflight_model_architecture": "GptOssForCausalLM",
     },
     "malformed_tp": {"instinct_vllm_stack": "cpu", "preflight_tensor_parallel_size": "three"},
+    # rocm-6.2.1's Triton flash-attention ignores sliding windows (files/stacks.yml
+    # vllm.attention): the window is read from the model's config.json on the host
+    "sliding_window_without_ck": {**TEST_STACK, **STUBS, **SLIDING},
+    "sliding_window_with_ck": {
+        **TEST_STACK,
+        **STUBS,
+        **SLIDING,
+        "vllm_source_ck_flash_attention": True,
+    },
+    # the sandbox kernel is outside rocm-6.2.1's kernel_abi (or has no Ubuntu ABI number)
+    "kernel_abi_fail": {
+        **TEST_STACK,
+        **STUBS,
+        "preflight_tensor_parallel_size": 8,
+        "preflight_kernel_abi_policy": "fail",
+    },
 }
 
 PLAYBOOK = [
@@ -178,6 +199,10 @@ def test_good_cpu_passes(run):
     assert msg == "cpu: 0 GPU(s) "
 
 
+def test_sliding_window_model_passes_with_ck_flash_attention(run):
+    assert _reached_later_roles(run, "sliding_window_with_ck")
+
+
 def test_good_gpu_stack_reads_the_stub_tools(run):
     assert _reached_later_roles(run, "good_gpu_stubs")
     (msg,) = [
@@ -220,6 +245,22 @@ def test_good_gpu_stack_reads_the_stub_tools(run):
             ],
         ),
         ("malformed_tp", ["preflight_tensor_parallel_size", "int"]),
+        (
+            "sliding_window_without_ck",
+            [
+                "sliding window of 4096 tokens (config.json sliding_window",
+                "stack 'preflight-test' serves it with an attention backend that ignores",
+                "set vllm_source_ck_flash_attention: true",
+            ],
+        ),
+        (
+            "kernel_abi_fail",
+            [
+                "(ansible_facts.kernel)",
+                "stack 'preflight-test' rocm.kernel_abi (6.8.0-31 to 6.8.0-41)",
+                "preflight_kernel_abi_policy: fail",
+            ],
+        ),
     ],
 )
 def test_bad_input_fails_in_preflight(run, case, fragments):

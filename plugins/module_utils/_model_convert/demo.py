@@ -1,7 +1,7 @@
-"""Synthetic checkpoints in the customer's legacy "gpt-oss-120B" format.
+"""Synthetic checkpoints in the legacy GPTOSS format (the "gpt-oss-120B" checkpoint).
 
 Used by the unit tests, by `scripts/bench` and by the `legacy_checkpoint_demo` module (the demo
-serves a model our converter made). The layout mirrors the customer's notes:
+serves a model our converter made). The layout (docs/background.md says where it comes from):
 `config.json` with `architectures: ["GPTOSSForCausalLM"]` and the RoPE base only in
 `custom_rope_theta`; weights as zip-format torch pickles `pytorch_model-0000N-of-0000M.bin`
 with `pytorch_model.bin.index.json`; tensors named GPT-style (`transformer.h.N.attn.q_proj.weight`,

@@ -82,7 +82,7 @@ def test_healthy_recorded_node_has_no_class() -> None:
     assert result["facts"]["torch_hip"] == "6.2.41133-dd7f95766"
 
 
-# ------------------------------------------------------------------ the customer's three classes
+# ------------------------------------------ the three ROCm segfault classes (docs/background.md)
 
 
 def test_compile_time_hipcc_crash() -> None:

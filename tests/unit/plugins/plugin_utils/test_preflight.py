@@ -52,7 +52,7 @@ def host(**over: Any) -> dict[str, Any]:
     facts = {
         "distribution": "Ubuntu",
         "distribution_version": "24.04",
-        "kernel": "6.8.0-45-generic",
+        "kernel": "6.8.0-41-generic",
         "architecture": "x86_64",
         "memtotal_mb": 2 * 1024 * 1024,
         "mounts": [
