@@ -270,6 +270,7 @@ def test_bad_input_fails_in_preflight(run, case, fragments):
         task.startswith(
             (
                 "instinct.vllm.preflight",
+                "instinct.vllm.stack : Resolve the stack",  # preflight's dependency
                 "Resolve the stack",
                 "Fail on any problem",
                 "Validating arguments",
