@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,42 @@ def test_vllm_loaded_the_model_with_its_own_tokenizer_and_model_config(hosts):
     assert got["max_model_len"] == 128
     # get_cached_tokenizer (0.6.6) wraps it: the class name says vLLM's own code loaded it.
     assert got["tokenizer"] == "CachedPreTrainedTokenizerFast" and got["vocab"] == 256
+
+
+def test_vllm_own_platform_detection_says_rocm_with_the_stub_amdsmi(hosts, tmp_path):
+    """vLLM 0.6.6's own vllm.platforms: ROCm exactly when the amdsmi binding sees GPUs.
+
+    The node's venv has no amdsmi (the sandbox stack has no ROCm), so vLLM reports
+    'unspecified' there (the role's platform check asserts that). Here the test stub of the
+    binding (tests/aptrepo/stubs/amd_smi, replaying the recorded 8 x MI300X amd-smi output)
+    is put on PYTHONPATH: the same vLLM code must then choose its ROCm platform, and with the
+    stub in its no-GPU mode fall back to 'unspecified' again.
+    """
+    root = Path(__file__).resolve().parents[3]
+    stub = tmp_path / "amd_smi"
+    shutil.copytree(root / "tests/aptrepo/stubs/amd_smi", stub)
+    recordings = stub / "amdsmi" / "recordings"
+    recordings.mkdir()
+    for name in (
+        "amd-smi_static_json_mi300x_8gpu_rocm7.2.1.json",
+        "amd-smi_static_json_nonroot_permission_denied_mi300x_8gpu_rocm7.2.1.txt",
+        "amd-smi_monitor_putm_mi300x_8gpu.txt",
+        "vllm_collect_env_mi300x_8gpu_rocm6.2.txt",
+    ):
+        shutil.copy(root / "tests/unit/fixtures/instinct" / name, recordings / name)
+    host = hosts[HOSTS[0]]
+    host.run("rm -rf /tmp/amd_smi")
+    subprocess.run(["podman", "cp", str(stub), f"{HOSTS[0]}:/tmp/amd_smi"], check=True)
+    probe = (
+        "from vllm.platforms import current_platform as p; "
+        "print('PLATFORM', p._enum.name.lower(), repr(p.device_type))"
+    )
+    seen = {}
+    for mode in ("mi300x", "no-gpu"):
+        out = host.run(
+            f"cd /tmp && PYTHONPATH=/tmp/amd_smi INSTINCT_STUB_AMDSMI_MODE={mode} "
+            f'VLLM_NO_USAGE_STATS=1 {VENV}/bin/python -c "{probe}"'
+        )
+        assert out.rc == 0, (mode, out.stderr[-2000:])
+        seen[mode] = [ln for ln in out.stdout.splitlines() if ln.startswith("PLATFORM")][-1]
+    assert seen == {"mi300x": "PLATFORM rocm 'cuda'", "no-gpu": "PLATFORM unspecified ''"}, seen
