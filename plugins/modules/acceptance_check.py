@@ -121,6 +121,13 @@ options:
     description: Seconds a temporary server may take to answer /health.
     type: float
     default: 900
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

@@ -54,15 +54,12 @@ options:
   baseline:
     description: A stored C(summary.json) to compare with (absent file - no comparison).
     type: path
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: >-
-      Can run in check_mode and return changed status prediction without modifying target.
     support: none
   diff_mode:
-    description: >-
-      Will return details on what has changed (or possibly needs changing in check_mode),
-      when in diff mode.
     support: none
   action:
     description: >-

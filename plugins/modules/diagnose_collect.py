@@ -103,16 +103,12 @@ options:
       for the classifier.
     type: bool
     default: true
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: >-
-      Can run in check_mode and return changed status prediction without modifying target.
     support: none
-    details: Writes the evidence archive; skipped in check mode by the playbook.
   diff_mode:
-    description: >-
-      Will return details on what has changed (or possibly needs changing in check_mode),
-      when in diff mode.
     support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)

@@ -47,6 +47,13 @@ options:
     description: Fail when the wait times out; false returns C(waited_ok=false) instead.
     type: bool
     default: true
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

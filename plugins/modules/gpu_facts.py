@@ -54,16 +54,12 @@ options:
     description: Fail when a problem was found (for example the driver is not loaded).
     type: bool
     default: false
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: >-
-      Can run in check_mode and return changed status prediction without modifying target.
     support: full
-    details: Read-only; runs the same read-only commands in check mode.
   diff_mode:
-    description: >-
-      Will return details on what has changed (or possibly needs changing in check_mode),
-      when in diff mode.
     support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)

@@ -20,6 +20,14 @@ description:
     M(instinct.vllm.model_convert) converted. The defaults (head_dim 32, float32) suit vLLM on CPU.
   - Needs torch and sentencepiece on the host (set C(ansible_python_interpreter)).
   - Idempotent - an existing checkpoint written with the same options is left alone.
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports whether the checkpoint would be written.
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 options:
@@ -60,14 +68,6 @@ options:
     description: Random seed of the weights.
     type: int
     default: 0
-attributes:
-  check_mode:
-    support: full
-    description: Reports whether the checkpoint would be written.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in
-      check_mode), when in diff mode.
-    support: none
 """
 
 EXAMPLES = r"""

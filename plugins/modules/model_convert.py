@@ -35,6 +35,15 @@ description:
   - Outside Ansible, the same code runs as
     C(python -m ansible_collections.instinct.vllm.plugins.module_utils._model_convert.cli SRC DEST)
     or C(files/model-convert SRC DEST) (see docs/model-conversion.md).
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Plans and validates everything, writes nothing.
+  diff_mode:
+    support: full
+    details: Shows C(config.json) of the source against the one written.
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 options:
@@ -125,13 +134,6 @@ options:
         filter). Empty writes none.
     type: path
     default: ""
-attributes:
-  check_mode:
-    support: full
-    description: Plans and validates everything, writes nothing.
-  diff_mode:
-    support: full
-    description: Shows C(config.json) of the source against the one written.
 """
 
 EXAMPLES = r"""

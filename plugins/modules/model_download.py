@@ -26,6 +26,15 @@ description:
     the URL's C(user:pass@), secret query parameters (C(token), C(sig), C(X-Amz-Signature)
     ...), authorization headers and tokens replaced by C(***), so the task need not be hidden
     with C(no_log).
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Says whether it would download; fetches nothing.
+  diff_mode:
+    support: none
+    details: Nothing is shown as a diff; the result says what was written.
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 options:
@@ -71,13 +80,6 @@ options:
     description: What the progress names (default the repository, or the name of O(dest)).
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-    description: Says whether it would download; fetches nothing.
-  diff_mode:
-    support: none
-    description: Nothing is shown as a diff; the result says what was written.
 """
 
 EXAMPLES = r"""

@@ -48,6 +48,13 @@ options:
     description: Seconds the check may take (importing vLLM takes 15-60 s).
     type: float
     default: 600
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

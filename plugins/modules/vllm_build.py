@@ -21,12 +21,13 @@ options:
   env: {description: Build environment (from vllm_build_env)., type: dict, required: true}
   log: {description: Build log file on the host., type: path, required: true}
   dist_dir: {description: Where the wheel is written., type: path, required: true}
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying
-      target.
     support: none
-    details: A build cannot be simulated; the role skips it.
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

@@ -75,6 +75,13 @@ options:
     description: Where to read the memory figures.
     type: str
     default: /proc/meminfo
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

@@ -42,6 +42,13 @@ options:
     description: Tokens to generate in the chat checks.
     type: int
     default: 8
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

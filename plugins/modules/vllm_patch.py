@@ -24,12 +24,13 @@ options:
     type: list
     elements: path
     required: true
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying
-      target.
     support: full
-    details: Runs only the dry runs; patches after one that would apply are reported C(pending).
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """

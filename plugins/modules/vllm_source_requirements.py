@@ -26,12 +26,13 @@ options:
     elements: str
     default: [torch]
   dest: {description: File written., type: path, required: true}
+extends_documentation_fragment:
+  - instinct.vllm.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying
-      target.
     support: full
-    details: Reports whether O(dest) would change.
+  diff_mode:
+    support: none
 author:
   - instinct.vllm maintainers (@instinct-vllm)
 """
