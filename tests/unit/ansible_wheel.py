@@ -27,7 +27,8 @@ def wheel_path() -> Path:
     found = sorted(cache_dir.glob(f"ansible-{wheel_version()}-*.whl"))
     if not found:
         raise AssertionError(
-            f"no ansible-{wheel_version()} wheel in {cache_dir}: run scripts/collections (it downloads it)"
+            f"no ansible-{wheel_version()} wheel in {cache_dir}: "
+            "run scripts/collections (it downloads it)"
         )
     return found[0]
 

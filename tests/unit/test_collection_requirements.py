@@ -15,7 +15,9 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
-REQUIREMENTS = yaml.safe_load((ROOT / "collections" / "requirements.yml").read_text())["collections"]
+REQUIREMENTS = yaml.safe_load((ROOT / "collections" / "requirements.yml").read_text())[
+    "collections"
+]
 SELF = f"{GALAXY['namespace']}.{GALAXY['name']}"
 # What runs on a controller or a node; molecule/, tests/ and inventories/demo are test-only.
 CONTENT = ("roles", "playbooks", "plugins")
@@ -47,13 +49,19 @@ def pins() -> dict[str, str]:
 
 def test_this_collection_comes_from_its_repository_at_the_release() -> None:
     own = [e for e in REQUIREMENTS if e.get("type") == "git"]
-    assert own == [{"name": f"git+{GALAXY['repository']}.git", "type": "git", "version": GALAXY["version"]}]
+    assert own == [
+        {"name": f"git+{GALAXY['repository']}.git", "type": "git", "version": GALAXY["version"]}
+    ]
 
 
 def test_the_content_uses_exactly_the_required_collections() -> None:
     used = used_collections(CONTENT)
-    assert used == set(pins()), f"FQCNs in {CONTENT} name {sorted(used)}; requirements.yml pins {sorted(pins())}"
-    assert set(GALAXY["dependencies"]) == used, f"galaxy.yml dependencies: {sorted(GALAXY['dependencies'])}"
+    assert used == set(pins()), (
+        f"FQCNs in {CONTENT} name {sorted(used)}; requirements.yml pins {sorted(pins())}"
+    )
+    assert set(GALAXY["dependencies"]) == used, (
+        f"galaxy.yml dependencies: {sorted(GALAXY['dependencies'])}"
+    )
 
 
 def test_test_only_collections_are_not_dependencies() -> None:
@@ -66,16 +74,22 @@ def test_test_only_collections_are_not_dependencies() -> None:
 def test_the_pin_is_the_wheel_version_and_the_galaxy_range_starts_there(name: str) -> None:
     pin = pins()[name]
     assert pin == ansible_wheel.collection_version(name), (
-        f"{name} {pin} in collections/requirements.yml; ansible {ansible_wheel.wheel_version()} ships "
-        f"{ansible_wheel.collection_version(name)}"
+        f"{name} {pin} in collections/requirements.yml; ansible "
+        f"{ansible_wheel.wheel_version()} ships {ansible_wheel.collection_version(name)}"
     )
     spec = SpecifierSet(GALAXY["dependencies"][name])
     assert Version(pin) in spec, f"galaxy.yml {name}: {spec} excludes the pin {pin}"
-    assert f">={pin}" in {str(s) for s in spec}, f"galaxy.yml {name}: {spec} does not start at the pin {pin}"
+    assert f">={pin}" in {str(s) for s in spec}, (
+        f"galaxy.yml {name}: {spec} does not start at the pin {pin}"
+    )
 
 
 @pytest.mark.parametrize("key", ["repository", "documentation", "issues"])
 def test_galaxy_urls_are_one_real_address(key: str) -> None:
     url = GALAXY[key]
-    assert url.startswith("https://") and ".invalid" not in url and "example" not in url, f"galaxy.yml {key}: {url}"
-    assert url == GALAXY["repository"] or url.startswith(GALAXY["repository"] + "/"), f"galaxy.yml {key}: {url}"
+    assert url.startswith("https://") and ".invalid" not in url and "example" not in url, (
+        f"galaxy.yml {key}: {url}"
+    )
+    assert url == GALAXY["repository"] or url.startswith(GALAXY["repository"] + "/"), (
+        f"galaxy.yml {key}: {url}"
+    )
