@@ -130,7 +130,7 @@ def validate(where: str, value: dict[str, Any], options: dict[str, Any]) -> list
 OBJECTS = [(key, i, obj) for key, objs in DATA.items() for i, obj in enumerate(objs)]
 
 
-@pytest.mark.parametrize(("key", "index", "obj"), OBJECTS, ids=[f"{k}[{i}]" for k, i, _ in OBJECTS])
+@pytest.mark.parametrize(("key", "index", "obj"), OBJECTS, ids=[f"{o[0]}[{o[1]}]" for o in OBJECTS])
 def test_object_fits_the_awx_module(key: str, index: int, obj: dict[str, Any]) -> None:
     assert validate(f"{key}[{index}]", obj, module_options(_module(key))) == []
 
@@ -155,7 +155,7 @@ def _names(key: str, field: str = "name") -> set[str]:
 
 def test_references_resolve() -> None:
     orgs = _names("awx_organizations")
-    for key, _, obj in OBJECTS:
+    for key, _index, obj in OBJECTS:
         assert obj.get("organization", next(iter(orgs))) in orgs, f"{key}: {obj}"
     types = _names("awx_credential_types") | BUILTIN_CREDENTIAL_TYPES
     assert {c["credential_type"] for c in DATA["awx_credentials"]} <= types
@@ -279,7 +279,7 @@ def test_survey_defaults_are_what_the_inventory_already_has() -> None:
             assert question["default"] == expected[question["variable"]], (
                 f"{template}: {question['variable']}"
             )
-    asked = {q["variable"] for _, q in QUESTIONS}
+    asked = {q["variable"] for _template, q in QUESTIONS}
     assert asked - set(expected) == {"instinct_vllm_serial"}, (
         "a survey variable no role or inventory knows"
     )
