@@ -93,3 +93,16 @@ def test_galaxy_urls_are_one_real_address(key: str) -> None:
     assert url == GALAXY["repository"] or url.startswith(GALAXY["repository"] + "/"), (
         f"galaxy.yml {key}: {url}"
     )
+
+
+@pytest.mark.parametrize("name", sorted(pins()))
+def test_the_pinned_collection_runs_on_our_minimum_core(name: str) -> None:
+    namespace, collection = name.split(".")
+    ours = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    match = re.fullmatch(r">=\s*([\d.]+)", ours)
+    assert match, f"meta/runtime.yml requires_ansible: {ours!r}"
+    minimum = Version(match.group(1))
+    theirs = yaml.safe_load(
+        ansible_wheel.read(f"ansible_collections/{namespace}/{collection}/meta/runtime.yml")
+    )["requires_ansible"]
+    assert minimum in SpecifierSet(theirs), f"{name} {pins()[name]} requires ansible-core {theirs}"
