@@ -7,8 +7,10 @@ rolling_update.yml, and by scripts/fleet-bench for the gateway's TTFT overhead.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,3 +93,47 @@ def failed(outcomes: list[Outcome]) -> list[Outcome]:
 def succeeded_within(outcomes: list[Outcome], start: float, end: float) -> list[Outcome]:
     """Successful requests that ran (at least partly) inside [start, end]."""
     return [o for o in outcomes if o.ok and o.end >= start and o.start <= end]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of values, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def ttft_summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Requests, failures and TTFT p50/p90 (ms) of one side of a comparison."""
+    ttft = [o.ttft for o in outcomes if o.ok and o.ttft is not None]
+    return {
+        "requests": len(outcomes),
+        "failed": len(failed(outcomes)),
+        "ttft_p50_ms": round(1000 * statistics.median(ttft), 1) if ttft else None,
+        "ttft_p90_ms": round(1000 * percentile(ttft, 0.9), 1) if ttft else None,
+    }
+
+
+def compare_ttft(
+    sides: dict[str, Callable[[], Any]],
+    model: str,
+    concurrency: int = 16,
+    max_tokens: int = 16,
+    seconds: float = 15,
+    rounds: int = 2,
+) -> dict[str, Any]:
+    """Time to first token of each side (name -> client factory) at a fixed concurrency, in
+    alternating rounds (a, b, a, b, ...) so that every side sees the same machine load; the
+    p50 difference of the first two sides as overhead_p50_ms."""
+    outcomes: dict[str, list[Outcome]] = {name: [] for name in sides}
+    for _round in range(rounds):
+        for name, make_client in sides.items():
+            load = Load(make_client, model, workers=concurrency, max_tokens=max_tokens).start()
+            time.sleep(seconds)
+            outcomes[name] += load.stop(timeout=300)
+    figures: dict[str, Any] = {name: ttft_summary(o) for name, o in outcomes.items()}
+    first, second = (figures[name]["ttft_p50_ms"] for name in list(sides)[:2])
+    figures["overhead_p50_ms"] = (
+        round(first - second, 1) if first is not None and second is not None else None
+    )
+    figures.update(concurrency=concurrency, max_tokens=max_tokens, seconds_per_round=seconds,
+                   rounds=rounds)
+    return figures

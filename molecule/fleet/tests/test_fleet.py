@@ -19,11 +19,12 @@ import pytest
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_load import Load, failed, succeeded_within  # noqa: E402
+from fleet_load import Load, compare_ttft, failed, succeeded_within  # noqa: E402
 
 GW = "fleet-gw"
 NODES = ["fleet-node1", "fleet-node2"]
 URL = "https://127.0.0.1:18243"
+DIRECT = {"fleet-node1": "http://127.0.0.1:18201", "fleet-node2": "http://127.0.0.1:18202"}
 MODEL = "gptoss-legacy-demo"
 NODE_KEY = "fleet-node-key-5d2b9a71c04e8f36"
 LOAD_KEY = "fleet-client-a-key-7e31c9b2d4f5"
@@ -157,6 +158,61 @@ def test_gateway_playbook_is_idempotent():
     assert "changed=0" in recap.split(GW, 1)[1].splitlines()[0], recap
 
 
+def runtime_api(command: str) -> str:
+    """One command to the gateway's runtime API (root socket, inside the container)."""
+    script = ("import socket,sys;s=socket.socket(socket.AF_UNIX);"
+              "s.connect('/run/haproxy/admin.sock');"
+              "s.sendall(sys.argv[1].encode()+b'\\n');print(s.recv(65536).decode())")
+    return subprocess.run(["podman", "exec", GW, "python3", "-c", script, command], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def wait_status(server: str, status: str, timeout: float = 60) -> str:
+    """The server's status at the gateway once it is `status` (or the last one seen)."""
+    deadline, seen = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            seen = gateway_servers()[server]["status"]
+        except (subprocess.CalledProcessError, ValueError, KeyError):
+            seen = "(no answer: reloading)"
+        if seen == status:
+            break
+        time.sleep(1)
+    return seen
+
+
+def test_drain_and_maint_survive_a_reload_and_a_restart(figures, results):
+    """A node drained or held out stays so when the gateway reloads (a changed configuration,
+    by the role's handler) or restarts: the unit saves the states, HAProxy reads them back."""
+    node = "fleet-node2"
+    assert wait_status(node, "UP") == "UP"
+    runtime_api(f"set server vllm/{node} state drain")
+    assert wait_status(node, "DRAIN", 10) == "DRAIN"
+    pid = sh(GW, "systemctl show -P MainPID haproxy.service").strip()
+    changed = playbook("gateway.yml", "-e", "gateway_health_rise=3")  # a real config change
+    assert changed.returncode == 0, changed.stdout[-3000:]
+    assert "Reload HAProxy]" in changed.stdout  # the role's handler ran
+    assert "rise 3" in sh(GW, "cat /etc/haproxy/haproxy.cfg")
+    assert sh(GW, "systemctl show -P MainPID haproxy.service").strip() == pid  # a reload
+    assert "saved to /var/lib/haproxy/server-state" in sh(
+        GW, "journalctl --no-pager -u haproxy.service -n 50")
+    after_reload = wait_status(node, "DRAIN", 20)
+    assert after_reload == "DRAIN"  # without the saved states: UP
+    assert wait_status("fleet-node1", "UP", 20) == "UP"
+    runtime_api(f"set server vllm/{node} state maint")
+    sh(GW, "systemctl restart haproxy.service")
+    after_restart = wait_status(node, "MAINT", 20)
+    assert after_restart == "MAINT"
+    runtime_api(f"set server vllm/{node} state ready")
+    restored = playbook("gateway.yml")  # back to the scenario's configuration
+    assert restored.returncode == 0, restored.stdout[-3000:]
+    assert wait_status(node, "UP") == "UP"
+    figures.append(f"gateway: {node} drained, reload (config change) -> {after_reload}; "
+                   f"held out, restart -> {after_restart}")
+    results["state_over_reload"] = {"drained_then_reload": after_reload,
+                                    "maint_then_restart": after_restart}
+
+
 def test_both_nodes_in_rotation():
     servers = gateway_servers()
     assert {n: servers[n]["status"] for n in NODES} == dict.fromkeys(NODES, "UP")
@@ -175,12 +231,22 @@ def rollout(ca: str, change: str, *extra: str) -> tuple[subprocess.CompletedProc
     return run, load.stop(), seconds
 
 
-def test_rolling_update_loses_no_request(ca, figures):
+def record(results: dict, name: str, run: subprocess.CompletedProcess, outcomes: list,
+           seconds: float, **extra: object) -> dict:
+    """One rollout's figures for the figures JSON (scripts/fleet-bench report)."""
+    results[name] = {"nodes": len(NODES), "serial": 1, "rc": run.returncode,
+                     "seconds": round(seconds, 1), "requests": len(outcomes),
+                     "failed": len(failed(outcomes)), "client_workers": 2, **extra}
+    return results[name]
+
+
+def test_rolling_update_loses_no_request(ca, figures, results):
     before = {n: main_pid(n) for n in NODES}
     run, outcomes, seconds = rollout(ca, "change-good.yml")
     bad = failed(outcomes)
     figures.append(f"run 1 (good change, both nodes): rolling_update.yml rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+    recorded = record(results, "rollout_good", run, outcomes, seconds, restarts={})
     assert run.returncode == 0, run.stdout[-5000:]
     assert not bad, [o.error for o in bad[:5]]
     after = {n: main_pid(n) for n in NODES}
@@ -189,7 +255,10 @@ def test_rolling_update_loses_no_request(ca, figures):
         start, ready = started_and_ready(node)
         during = succeeded_within(outcomes, start, ready)
         figures.append(f"  {node}: restarted {ready - start:.0f} s, {len(during)} requests "
-                       "succeeded meanwhile")
+                       f"succeeded meanwhile, MainPID {before[node]} -> {after[node]}")
+        recorded["restarts"][node] = {"engine_down_s": round(ready - start, 1),
+                                      "succeeded_meanwhile": len(during),
+                                      "main_pid": [before[node], after[node]]}
         assert during, f"no request succeeded while {node} restarted"
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
@@ -197,16 +266,20 @@ def test_rolling_update_loses_no_request(ca, figures):
     assert {n: servers[n]["status"] for n in NODES} == dict.fromkeys(NODES, "UP")
 
 
-def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures):
+def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, results):
     before = {n: main_pid(n) for n in NODES}
     run, outcomes, seconds = rollout(ca, "change-bad-node1.yml")
     bad = failed(outcomes)
     figures.append(f"run 2 (fleet-node1 fails its gate): rolling_update.yml rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+    record(results, "rollout_gate_fails", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
     assert "fleet-node1 failed its update or gate" in run.stdout
     assert not bad, [o.error for o in bad[:5]]
     servers = gateway_servers()
+    figures.append(f"  at the gateway after run 2: fleet-node1 {servers['fleet-node1']['status']}"
+                   f", fleet-node2 {servers['fleet-node2']['status']} (MainPID "
+                   f"{before['fleet-node2']} -> {main_pid('fleet-node2')})")
     assert servers["fleet-node1"]["status"] == "MAINT"
     assert servers["fleet-node2"]["status"] == "UP"
     assert main_pid("fleet-node2") == before["fleet-node2"]
@@ -215,7 +288,7 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures):
     assert openai_client(ca).models.list().data[0].id == MODEL
 
 
-def test_rollback_restores_the_last_good_release(ca, figures):
+def test_rollback_restores_the_last_good_release(ca, figures, results):
     """The same failing change with instinct_vllm_rollback: fleet-node1 goes back to what its
     last passed gate saved (run 1's unit), is gated again and put back; the run still fails."""
     good = sh("fleet-node1", "cat /var/lib/instinct-vllm/release/last-good.service")
@@ -225,12 +298,50 @@ def test_rollback_restores_the_last_good_release(ca, figures):
     bad = failed(outcomes)
     figures.append(f"run 3 (same failure, instinct_vllm_rollback=true): rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+    record(results, "rollout_rollback", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
     assert "Rolled back to its last good release" in run.stdout
     assert not bad, [o.error for o in bad[:5]]
     assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
     assert gateway_servers()["fleet-node1"]["status"] == "UP"
     assert "fleet-node2" not in run.stdout
+
+
+# ---------------------------------------------------------------------------- benchmark
+
+
+def direct_client(node: str):
+    import openai
+
+    return openai.OpenAI(base_url=DIRECT[node] + "/v1", api_key=NODE_KEY, max_retries=0,
+                         timeout=300, http_client=httpx.Client(timeout=300))
+
+
+def test_gateway_ttft_overhead_side_by_side(ca, figures, results):
+    """The figure of docs/benchmarks.md: TTFT at concurrency 16 through the gateway and straight
+    to the same node, in alternating rounds. fleet-node1 is held out meanwhile, so the gateway
+    sends everything to fleet-node2, the direct side's node. Measured, not asserted (only
+    that no request failed)."""
+    node, other = "fleet-node2", "fleet-node1"
+    runtime_api(f"set server vllm/{other} state maint")
+    try:
+        measured = compare_ttft(
+            {"gateway": lambda: openai_client(ca), "direct": lambda: direct_client(node)},
+            MODEL, concurrency=16, max_tokens=16,
+            seconds=float(os.environ.get("FLEET_TTFT_SECONDS", "15")),
+            rounds=int(os.environ.get("FLEET_TTFT_ROUNDS", "2")))
+    finally:
+        runtime_api(f"set server vllm/{other} state ready")
+    measured["node"] = node
+    results["ttft_c16"] = measured
+    g, d = measured["gateway"], measured["direct"]
+    figures.append(f"TTFT p50 at concurrency 16: gateway {g['ttft_p50_ms']} ms ({g['requests']} "
+                   f"requests, {g['failed']} failed), direct {d['ttft_p50_ms']} ms "
+                   f"({d['requests']}, {d['failed']} failed); "
+                   f"overhead {measured['overhead_p50_ms']} ms")
+    assert g["failed"] == 0 and d["failed"] == 0, measured
+    assert g["ttft_p50_ms"] is not None and d["ttft_p50_ms"] is not None, measured
+    assert wait_status(other, "UP") == "UP"
 
 
 # ---------------------------------------------------------------------------- logs last
