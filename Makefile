@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 
-.PHONY: help test test-fleet demo demo-down bench venv collections image host-packages lint sanity unit lock
+.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -15,14 +15,21 @@ test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, e
 test-fleet: ## the opt-in fleet scenario (gateway + two nodes, two rolling updates under load; long)
 	SCENARIOS=fleet STAGES=molecule scripts/test
 
-demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint
-	.venv/bin/python scripts/demo up
+demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint (FLEET=1: the fleet)
+	INSTINCT_DEMO_FLEET=$(FLEET) .venv/bin/python scripts/demo up
 
-demo-down: venv ## remove the demo sandbox node
+demo-fleet: host-packages venv collections image ## a gateway + two sandbox nodes; prints the gateway URL and a client key
+	.venv/bin/python scripts/demo up --fleet
+
+demo-down: venv ## remove the demo sandbox node (and the fleet's containers)
 	.venv/bin/python scripts/demo down
 
-bench: host-packages venv ## model conversion benchmark; writes docs/benchmarks.md
+bench: host-packages venv ## model conversion benchmark; writes docs/benchmarks.md (FLEET=1: then bench-fleet too)
 	.venv/bin/python scripts/bench
+	$(if $(FLEET),$(MAKE) bench-fleet)
+
+bench-fleet: host-packages venv collections image ## the fleet scenario's figures (roll N nodes, failed requests, gateway TTFT overhead at c=16) into docs/benchmarks.md; long
+	.venv/bin/python scripts/fleet-bench run
 
 host-packages: ## Debian packages the harness needs (podman, runc, debootstrap, ...)
 	scripts/host-packages

@@ -1,0 +1,96 @@
+"""scripts/fleet-bench report: the fleet figures (as the fleet scenario writes them) into their
+own section of docs/benchmarks.md, the rest of the file kept; scripts/bench keeps it too."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def load(name: str, path: Path) -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+fb = load("instinct_fleet_bench", ROOT / "scripts" / "fleet-bench")
+
+# The shape molecule/fleet/tests/conftest.py writes (values made up for the test).
+FIGURES = {
+    "started_utc": "2026-12-01 12:00",
+    "machine_at_start": {"host": "vm", "cpus": 2, "cpu": "AMD EPYC", "mem_gib": 23.5,
+                         "kernel": "6.1", "loadavg": [1.5, 2.0, 2.5]},
+    "state_over_reload": {"drained_then_reload": "DRAIN", "maint_then_restart": "MAINT"},
+    "rollout_good": {"nodes": 2, "serial": 1, "rc": 0, "seconds": 901.2, "requests": 4321,
+                     "failed": 0, "client_workers": 2,
+                     "restarts": {"n1": {"engine_down_s": 77.0, "succeeded_meanwhile": 345,
+                                         "main_pid": ["10", "20"]}}},
+    "rollout_gate_fails": {"nodes": 2, "serial": 1, "rc": 2, "seconds": 300.5, "requests": 1200,
+                           "failed": 0, "client_workers": 2},
+    "ttft_c16": {"gateway": {"requests": 900, "failed": 0, "ttft_p50_ms": 390.5,
+                             "ttft_p90_ms": 650.0},
+                 "direct": {"requests": 1000, "failed": 0, "ttft_p50_ms": 290.0,
+                            "ttft_p90_ms": 500.0},
+                 "overhead_p50_ms": 100.5, "concurrency": 16, "max_tokens": 16,
+                 "seconds_per_round": 15.0, "rounds": 2, "node": "n2"},
+    "finished_utc": "2026-12-01 12:50",
+    "loadavg_at_end": [3.0, 2.5, 2.0],
+    "pytest_exit_status": 0,
+}
+
+
+def test_the_section_carries_the_measured_figures():
+    text = fb.section(FIGURES, "a test")
+    assert text.startswith(fb.BEGIN) and text.rstrip().endswith(fb.END)
+    assert "Rolling 2 nodes: 901.2 s, 0 failed of 4321 client requests" in text
+    assert "| rc 2, 300.5 s | 1200 | **0** |" in text
+    assert "n1: down 77.0 s, 345 requests succeeded meanwhile" in text
+    assert "TTFT p50 at concurrency 16: 100.5 ms** (390.5 ms through the gateway, 290.0 ms" in text
+    assert "2026-12-01 12:00 - 2026-12-01 12:50 UTC on vm: 2 CPUs (AMD EPYC)" in text
+    assert "after a configuration reload: DRAIN" in text
+
+
+def test_a_second_report_replaces_the_section_and_keeps_the_rest():
+    doc = "# Benchmarks\n\n## model_convert\n\ntable\n"
+    once = fb.with_section(doc, fb.section(FIGURES, "a test"))
+    changed = {**FIGURES, "rollout_good": {**FIGURES["rollout_good"], "seconds": 1.5}}
+    twice = fb.with_section(once, fb.section(changed, "a test"))
+    assert twice.startswith(doc.rstrip("\n"))
+    assert twice.count(fb.BEGIN) == 1 and "1.5 s, 0 failed" in twice and "901.2 s" not in twice
+
+
+def test_report_writes_the_doc_and_fails_on_a_failed_run(tmp_path):
+    figures, out = tmp_path / "figures.json", tmp_path / "benchmarks.md"
+    figures.write_text(json.dumps(FIGURES))
+    out.write_text("# Benchmarks\n")
+    assert fb.main(["report", "--figures", str(figures), "--out", str(out)]) == 0
+    assert "Rolling 2 nodes" in out.read_text()
+    figures.write_text(json.dumps({**FIGURES, "pytest_exit_status": 1}))
+    assert fb.main(["report", "--figures", str(figures), "--out", str(out)]) == 1
+
+
+def test_report_refuses_figures_without_a_rollout(tmp_path):
+    figures = tmp_path / "figures.json"
+    figures.write_text(json.dumps({"started_utc": "x"}))
+    assert fb.main(["report", "--figures", str(figures), "--out", str(tmp_path / "b.md")]) == 1
+
+
+def test_scripts_bench_keeps_the_fleet_section(tmp_path):
+    bench = load("instinct_bench", ROOT / "scripts" / "bench")
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(fb.with_section("# Benchmarks\n\nold table\n", fb.section(FIGURES, "a test")))
+    kept = bench.kept_fleet_section(doc)
+    assert kept.strip().startswith(fb.BEGIN) and kept.strip().endswith(fb.END)
+    assert "old table" not in kept
+    doc.write_text("# Benchmarks\n")
+    assert bench.kept_fleet_section(doc) == ""
