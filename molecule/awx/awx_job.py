@@ -147,7 +147,7 @@ def project_sync(pdd: Path) -> None:
                     str(build), str(ROOT)], check=True, capture_output=True)
     tarball = next(build.glob("instinct-vllm-*.tar.gz"))
     subprocess.run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps",
-                    "-p", str(pdd / "requirements_collections"), str(tarball)],
+                    "--force", "-p", str(pdd / "requirements_collections"), str(tarball)],
                    check=True, capture_output=True)
     shutil.rmtree(build)
 
