@@ -56,7 +56,7 @@ AwxLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scala
 
 
 def load_awx(name: str) -> dict[str, Any]:
-    return yaml.load((AWX / f"{name}.yml").read_text(), Loader=AwxLoader)  # noqa: S506
+    return yaml.load((AWX / f"{name}.yml").read_text(), Loader=AwxLoader)
 
 
 def by_name(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
@@ -173,6 +173,8 @@ def prepare(args: argparse.Namespace) -> Path:
     write_private(pdd / "env" / "envvars",
                   json.dumps({**env, "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH}))
     if args.tags:
+        if not template.get("ask_tags_on_launch"):
+            raise SystemExit(f"{template['name']} does not ask for job tags at launch")
         cmdline += ["--tags", args.tags]
     write_private(pdd / "env" / "cmdline", " ".join(cmdline))
     if ssh_key:

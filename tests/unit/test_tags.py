@@ -54,8 +54,8 @@ def all_roles(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tags") / "all_roles.yml"
     path.write_text(yaml.safe_dump([{
         "name": "All roles", "hosts": "all", "gather_facts": False,
-        "tasks": [{"name": f"Role {r}", "ansible.builtin.import_role": {"name": f"instinct.vllm.{r}"}}
-                  for r in ROLES],
+        "tasks": [{"name": f"Role {r}",
+                   "ansible.builtin.import_role": {"name": f"instinct.vllm.{r}"}} for r in ROLES],
     }]))
     return path
 
@@ -110,7 +110,8 @@ def test_preflight_playbook_runs_preflight_only() -> None:
     listed = list_tasks(playbook, "--tags", "preflight")
     assert task_names("preflight", "check.yml") <= {n for r, n, _ in listed if r == "preflight"}
     assert {r for r, _, _ in listed} == {"stack", "preflight"}
-    assert not [n for r, n, _ in list_tasks(playbook, "--skip-tags", "preflight") if r == "preflight"]
+    skipped = list_tasks(playbook, "--skip-tags", "preflight")
+    assert not [n for r, n, _ in skipped if r == "preflight"]
 
 
 def test_site_includes_let_tags_reach_the_roles() -> None:

@@ -9,9 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 JOURNAL_UNITS = ["vllm.service"]
 
+REPO = Path(__file__).resolve().parents[3]
 JOBS = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "awx-jobs"
 INPUTS = json.loads((JOBS / "credential-inputs.json").read_text())
 API_KEY = INPUTS["instinct-vllm client API key"]["api_key"]
@@ -29,7 +31,8 @@ def artifacts(ident: str) -> Path:
 
 
 def events(ident: str) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((artifacts(ident) / "job_events").glob("*.json"))]
+    found = sorted((artifacts(ident) / "job_events").glob("*.json"))
+    return [json.loads(p.read_text()) for p in found]
 
 
 def test_secrets_are_distinctive() -> None:
@@ -49,7 +52,10 @@ def test_the_ee_has_what_the_collection_needs() -> None:
     assert "3.57.0" in out and "instinct.vllm" in out and "/usr/bin/ssh-agent" in out
 
 
-@pytest.mark.parametrize("ident", ["awx-deploy", "awx-verify"])
+IDENTS = ["awx-deploy", "awx-deploy-unit", "awx-verify"]
+
+
+@pytest.mark.parametrize("ident", IDENTS)
 def test_job_succeeded(ident: str) -> None:
     job = summary(ident)
     assert (job["status"], job["rc"]) == ("successful", 0), job
@@ -64,7 +70,8 @@ def test_deploy_ran_over_ssh_in_the_ee() -> None:
     # The node's facts came over SSH as the Machine credential's user, then become.
     facts = [e for e in events("awx-deploy") if e["event"] == "runner_on_ok"
              and e["event_data"].get("task") == "Gathering Facts"]
-    assert facts and facts[0]["event_data"]["res"]["ansible_facts"]["ansible_hostname"] == "awx-node"
+    assert facts
+    assert facts[0]["event_data"]["res"]["ansible_facts"]["ansible_hostname"] == "awx-node"
 
 
 def test_verify_talked_to_vllm() -> None:
@@ -79,17 +86,45 @@ def test_verify_talked_to_vllm() -> None:
     assert results[0]["model"] == "gpt-oss-120B"  # the survey's default served name
 
 
+def role_of(data: dict) -> str:
+    return data.get("role", "").removeprefix("instinct.vllm.")
+
+
+def run_yml_tasks() -> set[str]:
+    tasks = yaml.safe_load((REPO / "roles/vllm_service/tasks/run.yml").read_text())
+    return {t["name"] for t in tasks if "name" in t and "block" not in t}
+
+
+def test_job_tags_ran_the_unit_part_only() -> None:
+    """deploy with job tags vllm_service_unit: role stack (always), vllm_service's input
+    checks and its unit step; nothing of preflight, vllm, model, the service start, verify."""
+    ran = [e["event_data"] for e in events("awx-deploy-unit")
+           if e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")]
+    assert {role_of(d) for d in ran} <= {"", "stack", "vllm_service"}, {role_of(d) for d in ran}
+    tasks = {d["task"] for d in ran}
+    assert "Write the systemd unit" in tasks
+    assert any(role_of(d) == "stack" for d in ran)
+    assert VERIFY_TASK not in tasks
+    # The full deploy ran the start step; the tagged one did not.
+    full = {e["event_data"].get("task") for e in events("awx-deploy")}
+    assert run_yml_tasks() & full and not run_yml_tasks() & tasks
+    # The same unit as the full deploy wrote: nothing changed, so no restart.
+    changed = [d["task"] for d in ran if role_of(d) == "vllm_service" and d["res"].get("changed")]
+    assert not changed, changed
+
+
 def test_the_key_reached_the_node(host) -> None:
     # The positive control of the leak checks: the injected key is the one vLLM uses.
     env = host.file("/etc/vllm/vllm.env")
     assert env.mode == 0o600 and f"VLLM_API_KEY={API_KEY}" in env.content_string
 
 
-@pytest.mark.parametrize("ident", ["awx-deploy", "awx-verify"])
+@pytest.mark.parametrize("ident", IDENTS)
 @pytest.mark.parametrize("what", sorted(SECRETS))
 def test_no_secret_in_runner_artifacts(ident: str, what: str) -> None:
     secret = SECRETS[what].encode()
-    leaks = [str(p) for p in artifacts(ident).rglob("*") if p.is_file() and secret in p.read_bytes()]
+    files = [p for p in artifacts(ident).rglob("*") if p.is_file()]
+    leaks = [str(p) for p in files if secret in p.read_bytes()]
     assert not leaks, f"{what} in {leaks}"
     assert (artifacts(ident) / "stdout").stat().st_size > 0
 

@@ -86,7 +86,7 @@ def test_offline_definition_adds_only_the_offline_settings() -> None:
     for key in ("build_arg_defaults", "additional_build_files", "additional_build_steps"):
         back.pop(key)
     assert back == DEFINITION
-    assert DEFINITION == yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    assert yaml.safe_load((ROOT / "execution-environment.yml").read_text()) == DEFINITION
 
 
 @pytest.mark.parametrize("which", ["root", "offline"])
