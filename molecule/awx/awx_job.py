@@ -172,10 +172,12 @@ def prepare(args: argparse.Namespace) -> Path:
     write_private(pdd / "env" / "extravars", json.dumps(extravars))
     write_private(pdd / "env" / "envvars",
                   json.dumps({**env, "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH}))
-    if args.tags:
-        if not template.get("ask_tags_on_launch"):
-            raise SystemExit(f"{template['name']} does not ask for job tags at launch")
-        cmdline += ["--tags", args.tags]
+    for option, flag, ask in (("tags", "--tags", "ask_tags_on_launch"),
+                              ("skip_tags", "--skip-tags", "ask_skip_tags_on_launch")):
+        if value := getattr(args, option):
+            if not template.get(ask):
+                raise SystemExit(f"{template['name']} does not ask for {option} at launch")
+            cmdline += [flag, value]
     write_private(pdd / "env" / "cmdline", " ".join(cmdline))
     if ssh_key:
         write_private(pdd / "env" / "ssh_key", ssh_key)
@@ -190,6 +192,7 @@ def main() -> int:
     parser.add_argument("--inputs", required=True, help="JSON: {credential name: {input: value}}")
     parser.add_argument("--answers", default="{}", help="JSON: survey answers")
     parser.add_argument("--tags", default="", help="job tags")
+    parser.add_argument("--skip-tags", default="", help="skip tags")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--ident", required=True)
     parser.add_argument("--container-option", action="append", default=[])

@@ -95,6 +95,16 @@ def run_yml_tasks() -> set[str]:
     return {t["name"] for t in tasks if "name" in t and "block" not in t}
 
 
+def test_skip_tags_skipped_the_model_check() -> None:
+    """deploy with skip tags vllm_contract: vLLM's model check did not run, the rest did."""
+    tasks = {e["event_data"].get("task") for e in events("awx-deploy")
+             if e["event"] in ("runner_on_ok", "runner_on_skipped")}
+    contract = yaml.safe_load((REPO / "roles/vllm/tasks/contract.yml").read_text())
+    names = {t["name"] for t in contract if "name" in t and "block" not in t}
+    assert names and not names & tasks
+    assert "Write the systemd unit" in tasks
+
+
 def test_job_tags_ran_the_unit_part_only() -> None:
     """deploy with job tags vllm_service_unit: role stack (always), vllm_service's input
     checks and its unit step; nothing of preflight, vllm, model, the service start, verify."""
