@@ -198,6 +198,8 @@ def main() -> int:
     parser.add_argument("--container-option", action="append", default=[])
     args = parser.parse_args()
 
+    # No result of an earlier run may stand in for this one.
+    (Path(args.workdir) / f"{args.ident}.json").unlink(missing_ok=True)
     template = by_name(load_awx("job_templates")["awx_job_templates"], args.template,
                        "job template")
     pdd = prepare(args)
