@@ -1,0 +1,230 @@
+#!/usr/bin/env python
+"""Run one job template of awx/ the way AWX runs a job: ansible-runner, process isolation in
+the execution environment image, with the template's survey and its credentials' injections.
+
+What AWX does for a job, and what this does in its place (docs/awx.md, "How close the test
+comes"):
+
+* project sync: the project's files (here: the checkout's tracked and untracked-not-ignored
+  files) go to <private data dir>/project, and collections/requirements.yml is installed into
+  <private data dir>/requirements_collections (here: this checkout's collection tarball; the
+  third-party pins are already in the EE, at the same versions);
+* the survey: every question's default, then the given answers, each checked against its
+  question (choices, integer bounds) as AWX validates a launch;
+* the credentials: the Machine credential becomes env/ssh_key (ansible-runner hands it to
+  ssh-agent) and `-u`/`--become-method` in env/cmdline; each custom credential type's
+  injectors are rendered with its inputs into env/extravars and env/envvars;
+* the job: `ansible-runner run --process-isolation --process-isolation-executable podman
+  --container-image <EE> ...`, with AWX's collections path in the job environment.
+
+  awx_job.py --template "instinct-vllm deploy" --image IMAGE --inventory FILE
+             --inputs credential-inputs.json --answers '{"instinct_vllm_stack": "cpu"}'
+             --workdir DIR --ident NAME [--container-option OPT ...]
+
+Writes DIR/<ident>.json: {"status", "rc", "seconds", "private_data_dir", "ident"}.
+Exit code: 0 when the job's status is "successful".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jinja2.sandbox
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+AWX = ROOT / "awx"
+# What AWX puts in a job's environment for collections (RunJob.build_env): the project's
+# synced requirements first, then the EE's own.
+COLLECTIONS_PATH = (
+    "/runner/requirements_collections:~/.ansible/collections:/usr/share/ansible/collections"
+)
+
+
+class AwxLoader(yaml.SafeLoader):
+    """awx/ keeps the injector templates literal with Ansible's !unsafe: read them as text."""
+
+
+AwxLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_awx(name: str) -> dict[str, Any]:
+    return yaml.load((AWX / f"{name}.yml").read_text(), Loader=AwxLoader)
+
+
+def by_name(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
+    for item in items:
+        if item["name"] == name:
+            return item
+    raise SystemExit(f"awx/: no {what} named {name!r}")
+
+
+def check_answer(question: dict[str, Any], value: Any) -> None:
+    var = question["variable"]
+    if question["type"] == "multiplechoice" and value not in question["choices"]:
+        raise SystemExit(f"survey answer {var}={value!r} is not one of {question['choices']}")
+    if question["type"] == "integer" and not (
+        isinstance(value, int) and question.get("min", value) <= value <= question.get("max", value)
+    ):
+        raise SystemExit(f"survey answer {var}={value!r} is not an integer within bounds")
+
+
+def survey_vars(template: dict[str, Any], answers: dict[str, Any]) -> dict[str, Any]:
+    """The survey's extra vars: each question's default, overridden by the given answers."""
+    spec = template.get("survey_spec", {}).get("spec", []) if template.get("survey_enabled") else []
+    questions = {q["variable"]: q for q in spec}
+    unknown = sorted(set(answers) - set(questions))
+    if unknown:
+        raise SystemExit(f"{template['name']}: the survey asks no {', '.join(unknown)}")
+    out: dict[str, Any] = {}
+    for var, question in questions.items():
+        value = answers.get(var, question.get("default"))
+        if var in answers:
+            check_answer(question, value)
+        if value not in (None, "") or question.get("required"):
+            out[var] = value
+    return out
+
+
+def render(template: str, inputs: dict[str, Any]) -> str:
+    return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined) \
+        .from_string(template).render(**inputs)
+
+
+def injections(
+    template: dict[str, Any], inputs: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, str], list[str], str | None]:
+    """What the template's credentials inject: extra vars, env, cmdline args, the SSH key."""
+    credentials = load_awx("credentials")["awx_credentials"]
+    types = load_awx("credential_types")["awx_credential_types"]
+    extra: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    cmdline: list[str] = []
+    ssh_key = None
+    for name in template.get("credentials", []):
+        cred = by_name(credentials, name, "credential")
+        given = inputs.get(name)
+        if given is None:
+            raise SystemExit(f"no inputs for credential {name!r}")
+        if cred["credential_type"] == "Machine":
+            ssh_key = given["ssh_key_data"]
+            cmdline += ["-u", given["username"]]
+            if given.get("become_method"):
+                cmdline += ["--become-method", given["become_method"]]
+            continue
+        ctype = by_name(types, cred["credential_type"], "credential type")
+        for var, tmpl in ctype.get("injectors", {}).get("extra_vars", {}).items():
+            extra[var] = render(tmpl, given)
+        for var, tmpl in ctype.get("injectors", {}).get("env", {}).items():
+            env[var] = render(tmpl, given)
+    return extra, env, cmdline, ssh_key
+
+
+def project_files() -> list[str]:
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        check=True, capture_output=True,
+    ).stdout.decode()
+    return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
+
+
+def project_sync(pdd: Path) -> None:
+    """The project checkout and its collections/requirements.yml, as AWX's project update."""
+    project = pdd / "project"
+    for rel in project_files():
+        dest = project / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest)
+    build = pdd / "collection-build"
+    subprocess.run(["ansible-galaxy", "collection", "build", "--force", "--output-path",
+                    str(build), str(ROOT)], check=True, capture_output=True)
+    tarball = next(build.glob("instinct-vllm-*.tar.gz"))
+    subprocess.run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps",
+                    "--force", "-p", str(pdd / "requirements_collections"), str(tarball)],
+                   check=True, capture_output=True)
+    shutil.rmtree(build)
+
+
+def write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(text)
+
+
+def prepare(args: argparse.Namespace) -> Path:
+    templates = load_awx("job_templates")["awx_job_templates"]
+    template = by_name(templates, args.template, "job template")
+    inputs = json.loads(Path(args.inputs).read_text())
+    extra, env, cmdline, ssh_key = injections(template, inputs)
+    extravars = {**survey_vars(template, json.loads(args.answers)), **extra}
+    pdd = Path(args.workdir) / args.ident
+    shutil.rmtree(pdd, ignore_errors=True)
+    project_sync(pdd)
+    (pdd / "inventory").mkdir()
+    shutil.copy(args.inventory, pdd / "inventory" / "hosts.yml")
+    write_private(pdd / "env" / "extravars", json.dumps(extravars))
+    write_private(pdd / "env" / "envvars",
+                  json.dumps({**env, "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH}))
+    for option, flag, ask in (("tags", "--tags", "ask_tags_on_launch"),
+                              ("skip_tags", "--skip-tags", "ask_skip_tags_on_launch")):
+        if value := getattr(args, option):
+            if not template.get(ask):
+                raise SystemExit(f"{template['name']} does not ask for {option} at launch")
+            cmdline += [flag, value]
+    write_private(pdd / "env" / "cmdline", " ".join(cmdline))
+    if ssh_key:
+        write_private(pdd / "env" / "ssh_key", ssh_key)
+    return pdd
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--template", required=True)
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--inventory", required=True)
+    parser.add_argument("--inputs", required=True, help="JSON: {credential name: {input: value}}")
+    parser.add_argument("--answers", default="{}", help="JSON: survey answers")
+    parser.add_argument("--tags", default="", help="job tags")
+    parser.add_argument("--skip-tags", default="", help="skip tags")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--ident", required=True)
+    parser.add_argument("--container-option", action="append", default=[])
+    args = parser.parse_args()
+
+    # No result of an earlier run may stand in for this one.
+    (Path(args.workdir) / f"{args.ident}.json").unlink(missing_ok=True)
+    template = by_name(load_awx("job_templates")["awx_job_templates"], args.template,
+                       "job template")
+    pdd = prepare(args)
+    argv = ["ansible-runner", "run", str(pdd), "--playbook", template["playbook"],
+            "--ident", args.ident, "--process-isolation",
+            "--process-isolation-executable", "podman", "--container-image", args.image]
+    argv += [f"--container-option={opt}" for opt in args.container_option]
+    start = time.monotonic()
+    proc = subprocess.run(argv, check=False)
+    seconds = round(time.monotonic() - start)
+    artifacts = pdd / "artifacts" / args.ident
+    status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else ""
+    rc_file = artifacts / "rc"
+    summary = {
+        "template": args.template,
+        "status": status,
+        "rc": int(rc_file.read_text()) if rc_file.exists() else proc.returncode,
+        "seconds": seconds,
+        "private_data_dir": str(pdd),
+        "ident": args.ident,
+    }
+    (Path(args.workdir) / f"{args.ident}.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary))
+    return 0 if status == "successful" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

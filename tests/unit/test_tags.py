@@ -1,0 +1,145 @@
+"""Tags per role and phase (docs/awx.md "Tags"): every step of every role is tagged, and
+`--tags <phase>` selects that phase only (plus what is tagged always: role stack, argument
+validation), as `ansible-playbook --list-tasks` shows. AWX's job tags and skip tags are the
+same flags."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = ("preflight", "rocm", "vllm", "model", "vllm_service", "gateway", "monitoring")
+LISTED = re.compile(r"^\s{6}(?:(?P<role>[\w.]+) : )?(?P<name>.+?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
+
+
+def main_tasks(role: str) -> list[dict]:
+    return yaml.safe_load((ROOT / "roles" / role / "tasks" / "main.yml").read_text())
+
+
+def role_tags(role: str) -> set[str]:
+    """The tags role's tasks/main.yml uses, and those site.yml applies to its includes."""
+    tags = {t for task in main_tasks(role) for t in task.get("tags", [])}
+    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    for task in site[0]["tasks"]:
+        include = task.get("ansible.builtin.include_role", {})
+        if include.get("name") == f"instinct.vllm.{role}":
+            tags |= set(include.get("apply", {}).get("tags", []))
+    return tags
+
+
+def list_tasks(playbook: Path, *flags: str) -> list[tuple[str, str, set[str]]]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections")}
+    out = subprocess.run(
+        ["ansible-playbook", "-i", "localhost,", "--list-tasks", str(playbook), *flags],
+        check=True, capture_output=True, text=True, env=env, cwd=ROOT,
+    ).stdout
+    rows = []
+    for line in out.splitlines():
+        if m := LISTED.match(line):
+            tags = {t.strip() for t in m["tags"].split(",") if t.strip()}
+            rows.append(((m["role"] or "").removeprefix("instinct.vllm."), m["name"], tags))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def all_roles(tmp_path_factory) -> Path:
+    """A playbook that imports every role statically, so --list-tasks shows each task."""
+    path = tmp_path_factory.mktemp("tags") / "all_roles.yml"
+    path.write_text(yaml.safe_dump([{
+        "name": "All roles", "hosts": "all", "gather_facts": False,
+        "tasks": [{"name": f"Role {r}",
+                   "ansible.builtin.import_role": {"name": f"instinct.vllm.{r}"}} for r in ROLES],
+    }]))
+    return path
+
+
+def task_names(role: str, tasks_file: str) -> set[str]:
+    return {t["name"] for t in yaml.safe_load(
+        (ROOT / "roles" / role / "tasks" / tasks_file).read_text())
+        if "name" in t and "block" not in t}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_step_of_a_role_is_tagged_with_the_role_and_a_phase(role: str) -> None:
+    for task in main_tasks(role):
+        tags = task.get("tags", [])
+        assert role in tags, f"roles/{role}/tasks/main.yml: {task['name']!r} lacks tag {role}"
+        if role != "preflight":  # preflight is one phase, read-only
+            assert set(tags) - {role}, f"{task['name']!r} has no phase tag"
+        include = task.get("ansible.builtin.include_tasks")
+        if isinstance(include, dict):  # a dynamic include passes its tags on with apply
+            assert set(include.get("apply", {}).get("tags", [])) == set(tags), task["name"]
+
+
+def test_role_stack_always_runs() -> None:
+    assert all("always" in t.get("tags", []) for t in main_tasks("stack"))
+
+
+@pytest.mark.parametrize(
+    ("phase", "role", "included", "excluded"),
+    [
+        ("vllm_service_unit", "vllm_service", "configure.yml", "run.yml"),
+        ("vllm_service_run", "vllm_service", "run.yml", "configure.yml"),
+        ("model_convert", "model", "convert.yml", "verify.yml"),
+        ("rocm_driver", "rocm", "driver.yml", "packages.yml"),
+        ("vllm_verify", "vllm", "verify.yml", "lock.yml"),
+    ],
+)
+def test_a_phase_tag_runs_that_part_only(
+    all_roles: Path, phase: str, role: str, included: str, excluded: str
+) -> None:
+    listed = list_tasks(all_roles, "--tags", phase)
+    names = {name for r, name, _ in listed if r == role}
+    assert task_names(role, included) <= names, f"--tags {phase} misses {included}"
+    assert not task_names(role, excluded) & names, f"--tags {phase} runs {excluded}"
+    for r, name, tags in listed:
+        assert phase in tags or "always" in tags, f"{r} : {name} runs under --tags {phase}"
+    # Role stack resolves the stack first, whatever the selection.
+    assert any(r == "stack" and "Resolve the stack" in name for r, name, _ in listed)
+
+
+def test_preflight_playbook_runs_preflight_only() -> None:
+    playbook = ROOT / "playbooks" / "preflight.yml"
+    listed = list_tasks(playbook, "--tags", "preflight")
+    assert task_names("preflight", "check.yml") <= {n for r, n, _ in listed if r == "preflight"}
+    assert {r for r, _, _ in listed} == {"stack", "preflight"}
+    skipped = list_tasks(playbook, "--skip-tags", "preflight")
+    assert not [n for r, n, _ in skipped if r == "preflight"]
+
+
+def test_site_includes_let_tags_reach_the_roles() -> None:
+    """Ansible skips an untagged include_role under --tags, and with it the whole role."""
+    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    includes = [t for t in site[0]["tasks"] if "ansible.builtin.include_role" in t]
+    assert len(includes) >= 5
+    for task in includes:
+        assert "always" in task.get("tags", []), task["name"]
+    verify = yaml.safe_load((ROOT / "playbooks" / "verify.yml").read_text())
+    assert all("verify" in t.get("tags", []) for t in verify[0]["tasks"])
+
+
+def docs_table() -> dict[str, set[str]]:
+    """docs/awx.md's tag table: | role | `tag`, `tag`... |."""
+    text = (ROOT / "docs" / "awx.md").read_text().split("### Tags", 1)[1].split("\n#", 1)[0]
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].strip("`") in ROLES:
+            rows[cells[0].strip("`")] = set(re.findall(r"`([a-z_]+)`", cells[1]))
+    return rows
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_docs_and_readmes_name_every_phase_tag(role: str) -> None:
+    tags = role_tags(role)
+    assert docs_table().get(role) == tags, f"docs/awx.md's tag table for {role}"
+    readme = (ROOT / "roles" / role / "README.md").read_text()
+    missing = sorted(t for t in tags if f"`{t}`" not in readme)
+    assert not missing, f"roles/{role}/README.md does not name {missing}"
