@@ -107,10 +107,12 @@ def saturate(host: Any) -> dict[str, Any]:
     options, vllm = argv(host)
     max_tokens = max(16, min(200, flag(vllm, "--max-model-len", 32768) - 32))
     target = 1.2 * options["probe-timeout"]
+    seqs = flag(vllm, "--max-num-seqs", 256)  # clients: 2x the batch, grown up to 6x
     command = [
         "/usr/bin/python3", DRIVER, "--url", f"http://127.0.0.1:{flag(vllm, '--port', 8000)}",
         "--env-file", ENV_FILE, "--seconds", str(SECONDS), "--target", str(target),
-        "--max-tokens", str(max_tokens), "--clients", str(2 * flag(vllm, "--max-num-seqs", 256)),
+        "--max-tokens", str(max_tokens), "--clients", str(2 * seqs),
+        "--max-clients", str(6 * seqs), "--step", str(max(8, seqs // 4)),
     ]  # fmt: skip
     result = json.loads(host.check_output(shlex.join(command)).splitlines()[-1])
     result["target"] = target
