@@ -96,22 +96,22 @@ def test_a_phase_tag_runs_that_part_only(
     all_roles: Path, phase: str, role: str, included: str, excluded: str
 ) -> None:
     listed = list_tasks(all_roles, "--tags", phase)
-    names = {name for r, name, _ in listed if r == role}
+    names = {name for r, name, _tags in listed if r == role}
     assert task_names(role, included) <= names, f"--tags {phase} misses {included}"
     assert not task_names(role, excluded) & names, f"--tags {phase} runs {excluded}"
     for r, name, tags in listed:
         assert phase in tags or "always" in tags, f"{r} : {name} runs under --tags {phase}"
     # Role stack resolves the stack first, whatever the selection.
-    assert any(r == "stack" and "Resolve the stack" in name for r, name, _ in listed)
+    assert any(r == "stack" and "Resolve the stack" in name for r, name, _tags in listed)
 
 
 def test_preflight_playbook_runs_preflight_only() -> None:
     playbook = ROOT / "playbooks" / "preflight.yml"
     listed = list_tasks(playbook, "--tags", "preflight")
-    assert task_names("preflight", "check.yml") <= {n for r, n, _ in listed if r == "preflight"}
-    assert {r for r, _, _ in listed} == {"stack", "preflight"}
+    assert task_names("preflight", "check.yml") <= {n for r, n, _tags in listed if r == "preflight"}
+    assert {entry[0] for entry in listed} == {"stack", "preflight"}
     skipped = list_tasks(playbook, "--skip-tags", "preflight")
-    assert not [n for r, n, _ in skipped if r == "preflight"]
+    assert not [n for r, n, _tags in skipped if r == "preflight"]
 
 
 def test_site_includes_let_tags_reach_the_roles() -> None:

@@ -553,7 +553,7 @@ def test_engine_cores_over_the_stall_window() -> None:
 
 
 def test_busy_cpu_option() -> None:
-    config, _ = wd.parse_cli(["--busy-cpu", "0.5", "--", "vllm", "serve", "m"], {})
+    config, _argv = wd.parse_cli(["--busy-cpu", "0.5", "--", "vllm", "serve", "m"], {})
     assert config.busy_cpu == 0.5
     assert wd.parse_cli(["--", "vllm", "serve", "m"], {})[0].busy_cpu == 0.25
     with pytest.raises(ValueError, match="--busy-cpu must be > 0"):
