@@ -139,3 +139,12 @@ def test_commented_gpt_oss_alternative_is_servable(hostvars: dict[str, Any]) -> 
     tp = hostvars[HOSTS[0]]["vllm_service_flags"]["tensor-parallel-size"]
     assert alt["preflight_model_num_attention_heads"] % tp == 0
     assert "GptOssForCausalLM" not in sm.get_stack("rocm-6.2.1")["model_architectures"]
+
+
+def test_mi300x_flags_are_the_role_defaults_with_engine_stats_on(hostvars: dict[str, Any]) -> None:
+    """disable-log-stats would remove the engine metrics the watchdog and monitoring read."""
+    defaults = yaml.safe_load((ROOT / "roles/vllm_service/defaults/main.yml").read_text())
+    for host in HOSTS:
+        flags = hostvars[host]["vllm_service_flags"]
+        assert flags == defaults["vllm_service_flags"], host
+        assert not flags.get("disable-log-stats"), host

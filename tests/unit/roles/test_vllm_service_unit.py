@@ -77,7 +77,7 @@ def test_exec_start_is_wrapper_then_vllm_serve(tmp_path: Path) -> None:
                  ["--served-model-name", "tiny"], ["--port", "8000"]):
         i = flags.index(pair[0])
         assert flags[i : i + 2] == pair
-    assert "--enforce-eager" in flags and "--disable-log-stats" in flags
+    assert "--enforce-eager" in flags and "--disable-log-stats" not in flags  # metrics on
     assert "unit-test-key-0123456789" not in unit
     assert directive(unit, "EnvironmentFile") == ["/etc/vllm/vllm.env"]
     assert directive(unit, "Type") == ["notify"]

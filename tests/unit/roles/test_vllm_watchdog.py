@@ -6,9 +6,12 @@ vLLM is in test_vllm_watchdog_run.py.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.machinery
 import importlib.util
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -459,7 +462,7 @@ def test_tick_warns_once_without_token_counters() -> None:
     assert warnings == [
         (
             "no vllm:* token counters in /metrics (--disable-log-stats?): stall detection off; "
-            "the watchdog relies on /health only",
+            "the watchdog relies on /health, stopped processes only",
             4,
         )
     ]
@@ -472,3 +475,245 @@ def test_tick_while_stopping_sends_no_ready() -> None:
     actions = m.tick(0.0, stop_requested=True, ping_every=1.0)
     assert not any("READY=1" in fields for fields in notified(actions))
     assert ("STATUS=stopping",) not in notified(actions)  # stopping() already said so
+
+
+# vLLM's processes from /proc: stopped processes and the engine's CPU ---------------------------
+
+# /proc/<pid>/stat lines (Linux proc(5) layout; comm may hold spaces and parentheses).
+STAT_ENGINE = "4242 (python3 (engine)) R 4200 4200 4200 0 -1 4194560 100 0 0 0 1500 250 0 0 20 0"
+STAT_STOPPED = "4243 (VLLM::EngineCore) T 4200 4200 4200 0 -1 0 0 0 0 0 900 100 0 0 20 0"
+
+
+def test_parse_proc_stat() -> None:
+    assert wd.parse_proc_stat(STAT_ENGINE) == wd.ProcStat(4242, "R", 4200, 1750)
+    assert wd.parse_proc_stat(STAT_STOPPED) == wd.ProcStat(4243, "T", 4200, 1000)
+    assert wd.parse_proc_stat("garbage") is None
+    assert wd.parse_proc_stat("12 (x) R 1 2") is None
+    assert wd.parse_proc_stat("x (y) R 1 1 1 0 -1 0 0 0 0 0 1 1 0") is None
+
+
+def proc(pid: int, state: str = "S", session: int = 100, ticks: int = 0) -> object:
+    return wd.ProcStat(pid, state, session, ticks)
+
+
+def test_tree_sample_counts_the_engine_not_the_api_server() -> None:
+    stats = [proc(100, ticks=5000), proc(101, ticks=300), proc(102, "t", ticks=100)]
+    stats.append(proc(7, session=7))  # another session
+    tree = wd.tree_sample(stats, 100, 100.0)
+    assert tree == wd.TreeSample(pids=(100, 101, 102), stopped=(102,), engine_cpu=4.0)
+    alone = wd.tree_sample([proc(100, "R", ticks=250)], 100, 100.0)  # engine in the API server
+    assert alone.engine_cpu == 2.5 and alone.stopped == ()
+    assert wd.tree_sample([proc(7, session=7)], 100, 100.0) == wd.TreeSample()
+
+
+def test_read_tree_from_a_proc_directory(tmp_path: Path) -> None:
+    for pid, line in ((4200, STAT_ENGINE.replace("4242 ", "4200 ", 1)), (4243, STAT_STOPPED)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(line + "\n")
+    (tmp_path / "self").mkdir()
+    (tmp_path / "999").mkdir()  # ended meanwhile: no stat file
+    tree = wd.read_tree(4200, str(tmp_path))
+    assert tree is not None and tree.pids == (4200, 4243) and tree.stopped == (4243,)
+    assert wd.read_tree(4200, str(tmp_path / "absent")) is None
+
+
+def tree_at(cpu: float, stopped: bool = False) -> object:
+    return wd.TreeSample(pids=(100, 101), stopped=(101,) if stopped else (), engine_cpu=cpu)
+
+
+def test_a_stopped_process_fails_after_two_polls_not_one() -> None:
+    m = ready_monitor()
+    m.observe_tree(1.0, tree_at(0.0, stopped=True))  # e.g. py-spy dump: one poll
+    assert m.verdict(1.0).alive
+    m.observe_tree(2.0, tree_at(0.0))
+    m.observe_tree(3.0, tree_at(0.0, stopped=True))
+    assert m.verdict(3.0).alive
+    m.observe_tree(4.0, tree_at(0.0, stopped=True))
+    tick(m, 4.0)
+    assert m.verdict(4.0).reasons == ("vLLM process(es) 101 stopped (SIGSTOP?)",)
+    m.observe_tree(5.0, tree_at(0.0))  # SIGCONT
+    tick(m, 5.0)
+    assert m.verdict(5.0).alive
+
+
+def test_engine_cores_over_the_stall_window() -> None:
+    m = ready_monitor(stall_timeout=10.0, poll_interval=1.0, health_timeout=2.0)
+    assert m.engine_cores(0.0) is None
+    for t in range(0, 21):
+        m.observe_tree(float(t), tree_at(0.5 * t if t <= 10 else 5.0))
+    # frozen for the last 10 s; the base is the sample just before the window (t=9)
+    assert m.engine_cores(20.0) == pytest.approx(0.5 / 11)
+    assert len(m.cpu_history) == 12  # the window plus one sample before it
+    assert m.engine_cores(24.1) is None  # listing older than 2 x poll + health timeout
+    m.observe_tree(25.0, None)
+    assert m.engine_cores(25.0) is None and m.cpu_history == []
+
+
+def test_busy_cpu_option() -> None:
+    config, _ = wd.parse_cli(["--busy-cpu", "0.5", "--", "vllm", "serve", "m"], {})
+    assert config.busy_cpu == 0.5
+    assert wd.parse_cli(["--", "vllm", "serve", "m"], {})[0].busy_cpu == 0.25
+    with pytest.raises(ValueError, match="--busy-cpu must be > 0"):
+        wd.parse_cli(["--busy-cpu", "0", "--", "vllm", "serve", "m"], {})
+
+
+# Over time: the Monitor driven like the poller and main loop drive it, with the role's
+# settings (poll 5 s, /health timeout 10 s, stall 30 s, probe every 30 s with a 30 s timeout)
+# and WatchdogSec=30 (pings every 15 s). systemd restarts when no ping came for WatchdogSec.
+
+WATCHDOG_SEC = 30.0
+ROLE = {"poll_interval": 5.0, "health_timeout": 10.0, "stall_timeout": 30.0}
+PROBES = {"probe_interval": 30.0, "probe_timeout": 30.0}
+Metrics = Callable[[float], object]
+Tree = Callable[[float], object]
+
+
+@dataclasses.dataclass
+class Node:
+    """What vLLM shows the watchdog at time t."""
+
+    metrics: Metrics
+    tree: Tree
+    probe_latency: Callable[[float], float]  # seconds a probe started at t takes (inf: never)
+    health: Callable[[float], bool] = lambda t: True  # False: /health does not answer
+
+
+def drive(m: object, node: Node, until: float, start: float = 0.0) -> list[float]:
+    """Advance the Monitor from start to until (0.5 s steps); the times of WATCHDOG=1."""
+    pings: list[float] = []
+    probe_end: tuple[float, bool] | None = None
+    timeout = m.config.probe_timeout
+    t = start
+    while t <= until:
+        if (t - start) % m.config.poll_interval == 0:
+            m.observe_tree(t, node.tree(t))
+            if node.health(t):
+                m.observe_health(t, True, "HTTP 200")
+                m.observe_models(t, ["m"], "listed: m")
+                if m.ready:
+                    m.observe_metrics(t, node.metrics(t))
+        if probe_end is None and m.probe_due(t):
+            m.probe_started(t)
+            latency = node.probe_latency(t)
+            probe_end = (t + min(latency, timeout), latency <= timeout)
+        if probe_end is not None and t >= probe_end[0]:
+            m.observe_probe(t, probe_end[1], "HTTP 200" if probe_end[1] else "timed out")
+            probe_end = None
+        actions = m.tick(t, ping_every=WATCHDOG_SEC / 2)
+        pings += [t for a in actions if isinstance(a, wd.Notify) and a.fields == ("WATCHDOG=1",)]
+        t += 0.5
+    return pings
+
+
+def restart_time(pings: list[float], until: float) -> float | None:
+    """When systemd would kill the unit (WatchdogSec after a ping with none after it)."""
+    for last, following in zip(pings, [*pings[1:], math.inf], strict=True):
+        if following - last > WATCHDOG_SEC and last + WATCHDOG_SEC <= until:
+            return last + WATCHDOG_SEC
+    return None
+
+
+def saturated_metrics(t: float) -> object:
+    """256 running, 300 waiting, tokens flowing (the engine's counters: stats on)."""
+    return sample(1000.0 * t, 256, waiting=300)
+
+
+def no_stats(t: float) -> object:
+    """--disable-log-stats: /metrics answers without vllm:* series."""
+    return wd.MetricsSample()
+
+
+def busy_tree(t: float) -> object:
+    return tree_at(0.9 * t)  # the engine uses 0.9 of a core
+
+
+def idle_tree(t: float) -> object:
+    return tree_at(0.01 * t)
+
+
+def queued_probe(t: float) -> float:
+    return 90.0  # the queue ahead of the probe takes 90 s: three times the probe timeout
+
+
+def serving_monitor() -> object:
+    return wd.Monitor(cfg(**ROLE, **PROBES), 0.0)
+
+
+def test_saturated_and_progressing_with_stats_on_is_never_restarted() -> None:
+    node = Node(saturated_metrics, busy_tree, queued_probe)
+    m = serving_monitor()
+    pings = drive(m, node, 600.0)
+    assert pings and restart_time(pings, 600.0) is None
+    assert m.probe_ok is False and m.probe_detail == "timed out"  # the probes did time out
+
+
+def test_saturated_with_stats_off_is_never_restarted() -> None:
+    node = Node(no_stats, busy_tree, queued_probe)
+    m = serving_monitor()
+    pings = drive(m, node, 600.0)
+    assert pings and restart_time(pings, 600.0) is None
+    assert m.probe_ok is False and m.probe_detail == "timed out"
+
+
+def test_saturated_with_stats_off_below_busy_cpu_is_restarted() -> None:
+    # the same node, the engine using 0.2 of a core (< --busy-cpu 0.25): probe timeouts count
+    node = Node(no_stats, lambda t: tree_at(0.2 * t), queued_probe)
+    assert restart_time(drive(serving_monitor(), node, 300.0), 300.0) is not None
+
+
+@pytest.mark.parametrize("metrics", [saturated_metrics, no_stats], ids=["stats-on", "stats-off"])
+def test_engine_sigstop_while_saturated_restarts_within_watchdogsec_plus_probe_interval(
+    metrics: Metrics,
+) -> None:
+    hang = 300.0
+
+    def frozen(t: float) -> object:
+        return metrics(min(t, hang))
+
+    def tree(t: float) -> object:
+        return tree_at(0.9 * min(t, hang), stopped=t >= hang)
+
+    node = Node(frozen, tree, lambda t: queued_probe(t) if t < hang - 90 else math.inf)
+    pings = drive(serving_monitor(), node, 500.0)
+    restart = restart_time(pings, 500.0)
+    # the stopped processes are seen on two polls: at most 2 x poll + WatchdogSec (40 s)
+    assert restart is not None and hang < restart <= hang + 2 * ROLE["poll_interval"] + WATCHDOG_SEC
+
+
+def test_whole_server_sigstop_restarts_within_watchdogsec_plus_probe_interval() -> None:
+    hang = 200.0
+    node = Node(
+        no_stats,
+        lambda t: tree_at(0.01 * min(t, hang), stopped=t >= hang),
+        lambda t: 0.2 if t < hang - 1 else math.inf,
+        health=lambda t: t < hang,
+    )
+    restart = restart_time(drive(serving_monitor(), node, 400.0), 400.0)
+    assert restart is not None and hang < restart <= hang + 2 * ROLE["poll_interval"] + WATCHDOG_SEC
+
+
+def test_hung_engine_with_stats_off_no_cpu_no_answer_is_restarted() -> None:
+    # a deadlock (not stopped: state S), idle CPU, the probe never answers
+    hang = 100.0
+    node = Node(no_stats, lambda t: tree_at(0.9 * min(t, hang)), lambda t: math.inf)
+    restart = restart_time(drive(serving_monitor(), node, 400.0), 400.0)
+    bound = hang + ROLE["stall_timeout"] + PROBES["probe_timeout"] + WATCHDOG_SEC
+    assert restart is not None and restart <= bound
+
+
+def test_idle_engine_answering_probes_with_stats_off_is_fine() -> None:
+    node = Node(no_stats, idle_tree, lambda t: 0.1)
+    pings = drive(serving_monitor(), node, 300.0)
+    assert pings and restart_time(pings, 300.0) is None
+
+
+def test_startup_loading_then_saturated_at_once_with_stats_off() -> None:
+    # 120 s of loading (no /health): no READY, no pings (systemd arms the watchdog at READY);
+    # then a flood at once: the CPU seen while loading already fills the window.
+    loaded = 120.0
+    node = Node(no_stats, busy_tree, queued_probe, health=lambda t: t >= loaded)
+    m = serving_monitor()
+    before = drive(m, node, loaded - 0.5)
+    assert before == [] and m.verdict(loaded - 0.5).state == "loading"
+    pings = drive(m, node, 600.0, start=loaded)
+    assert pings[0] == loaded and restart_time(pings, 600.0) is None

@@ -482,6 +482,34 @@ def test_without_stats_ready_and_pings_on_health(
     assert "--disable-log-stats" in w.log()
 
 
+def test_stopped_child_stops_the_pings_while_health_stays_200(
+    fake: tuple[FakeVllm, str],
+    notify: tuple[Notifications, str],
+    tmp_path: Path,
+    started: list[Wrapper],
+) -> None:
+    """SIGSTOP of vLLM (vLLM 0.6.x's /health stays 200 then): seen in /proc, pings stop."""
+    state, url = fake
+    notes, address = notify
+    state.set(health=200, models=[MODEL], stats=False, running=3)
+    w = Wrapper(tmp_path, url, address)
+    started.append(w)
+    notes.wait_for(lambda f: f == "READY=1", 3)
+    w.wait_child("started")
+    child = _children(w.proc.pid)[0]
+    os.kill(child, signal.SIGSTOP)
+    try:
+        notes.wait_for(lambda f: f"vLLM process(es) {child} stopped (SIGSTOP?)" in f, 3)
+        t1 = time.monotonic()
+        time.sleep(0.5)
+        assert notes.count("WATCHDOG=1", t1) == 0
+    finally:
+        os.kill(child, signal.SIGCONT)
+    notes.wait_for(lambda f: f == "WATCHDOG=1", 3, since=time.monotonic())
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.finish() == 0
+
+
 @pytest.mark.parametrize("notify", ["path"], indirect=True)
 def test_old_metric_names(
     fake: tuple[FakeVllm, str],

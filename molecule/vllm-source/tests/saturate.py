@@ -1,0 +1,151 @@
+"""Saturate a local vLLM for a bounded time; run INSIDE the node (standard library only).
+
+Used by test_watchdog_saturation.py (copied to the node with `podman cp`): keeps a queue of
+completions deeper than the watchdog's probe timeout and measures it with its own 1-token
+"marker" requests (what the watchdog's probe sends), growing the number of clients until a
+marker waits longer than --target seconds. Prints one JSON line: requests, failures, the
+marker latencies. The API key is read from the unit's 0600 environment file (never argv).
+
+    python3 saturate.py --url http://127.0.0.1:8000 --env-file /etc/vllm/vllm.env \
+        --seconds 90 --target 36 --max-tokens 200 --clients 16 --max-clients 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def api_key(env_file: str) -> str:
+    """VLLM_API_KEY from a systemd EnvironmentFile ('' when absent)."""
+    with open(env_file, encoding="utf-8") as fh:
+        for line in fh:
+            name, _, value = line.strip().partition("=")
+            if name == "VLLM_API_KEY":
+                return value.strip().strip('"')
+    return ""
+
+
+class Load:
+    """Clients sending completions until the deadline, and a marker thread timing 1-token ones."""
+
+    def __init__(self, args: argparse.Namespace, key: str, model: str) -> None:
+        self.args = args
+        self.key = key
+        self.model = model
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.failures: list[str] = []
+        self.markers: list[float] = []
+        self.deadline = time.monotonic() + args.seconds
+        self.threads: list[threading.Thread] = []
+
+    def call(self, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+        data = json.dumps(payload).encode() if payload is not None else None
+        request = urllib.request.Request(self.args.url + path, data=data, headers=headers)
+        with _OPENER.open(request, timeout=self.args.request_timeout) as response:
+            return json.loads(response.read())
+
+    def complete(self, max_tokens: int) -> None:
+        payload = {
+            "model": self.model,
+            "prompt": "w1 w2 w3",
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
+        try:
+            body = self.call("/v1/completions", payload)
+            ok = bool(body.get("choices"))
+            error = "" if ok else f"no choices: {str(body)[:200]}"
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        with self.lock:
+            self.requests += 1
+            if error:
+                self.failures.append(error)
+
+    def client(self) -> None:
+        while time.monotonic() < self.deadline:
+            self.complete(self.args.max_tokens)
+
+    def marker(self) -> None:
+        """A 1-token request at a time, like the watchdog's probe; grows the clients."""
+        while time.monotonic() < self.deadline:
+            began = time.monotonic()
+            self.complete(1)
+            latency = time.monotonic() - began
+            with self.lock:
+                self.markers.append(round(latency, 1))
+            if latency < self.args.target:
+                self.grow()
+            time.sleep(max(0.0, self.args.marker_interval - latency))
+
+    def grow(self) -> None:
+        with self.lock:
+            room = self.args.max_clients - len(self.threads)
+        for _ in range(max(0, min(self.args.step, room))):
+            self.start(self.client)
+
+    def start(self, target: Any) -> None:
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        with self.lock:
+            self.threads.append(thread)
+
+    def join(self) -> None:
+        """Wait for every client (started ones finish their request; bounded)."""
+        limit = time.monotonic() + self.args.seconds + self.args.request_timeout
+        while time.monotonic() < limit:
+            with self.lock:
+                alive = [t for t in self.threads if t.is_alive()]
+            if not alive:
+                return
+            alive[0].join(1.0)
+
+    def run(self) -> dict[str, Any]:
+        for _ in range(self.args.clients):
+            self.start(self.client)
+        self.start(self.marker)
+        self.join()
+        return {
+            "requests": self.requests,
+            "failures": len(self.failures),
+            "failure_examples": self.failures[:5],
+            "clients": len(self.threads) - 1,
+            "markers": self.markers,
+            "max_marker": max(self.markers, default=0.0),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--env-file", default="/etc/vllm/vllm.env")
+    parser.add_argument("--seconds", type=float, default=90.0)
+    parser.add_argument("--target", type=float, required=True)
+    parser.add_argument("--max-tokens", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--step", type=int, default=16)
+    parser.add_argument("--max-clients", type=int, default=256)
+    parser.add_argument("--marker-interval", type=float, default=5.0)
+    parser.add_argument("--request-timeout", type=float, default=900.0)
+    args = parser.parse_args()
+    key = api_key(args.env_file)
+    load = Load(args, key, "")
+    load.model = load.call("/v1/models", None)["data"][0]["id"]
+    print(json.dumps(load.run()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
