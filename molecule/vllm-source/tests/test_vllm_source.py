@@ -123,6 +123,10 @@ def _lock(text: str) -> dict[str, str]:
     return pins
 
 
+def _key(host) -> str:
+    return json.loads(host.file(f"{VENV}/instinct-vllm-source.json").content_string)["key"]
+
+
 def test_every_host_installed_the_stack_lock(hosts):
     want = (Path(__file__).resolve().parents[3] / "files/locks/sandbox-rocm-6.2.1.txt").read_text()
     for name, h in hosts.items():
@@ -135,6 +139,10 @@ def test_every_host_installed_the_stack_lock(hosts):
             for n, v in have.items()
             if n.replace(".", "-") in locked and v.split("+")[0] != locked[n.replace(".", "-")]
         }
+        if not h.file(f"{WORK}/{_key(h)}/build.log").exists:
+            # only the builder installs the build requirements: elsewhere setuptools is the
+            # one `python3 -m venv` seeded (Debian 12: 66.1.1), never used by pip there
+            off.pop("setuptools", None)
         assert not off, (name, off)
         # vLLM 0.6.6 reads tokenizer.all_special_tokens_extended, which transformers 5 removed.
         assert int(have["transformers"].split(".")[0]) == 4, (name, have["transformers"])
