@@ -52,6 +52,9 @@ def test_every_host_is_stamped_with_the_same_key_and_wheel(stamps):
 def test_exactly_one_host_compiled(hosts, stamps):
     key = stamps[HOSTS[0]]["key"]
     built = [n for n, h in hosts.items() if h.file(f"{WORK}/{key}/build.log").exists]
+    if {s["built_by"] for s in stamps.values()} == {"an earlier run"}:
+        assert built == []  # the controller had the key's wheel: nobody compiled
+        return
     assert len(built) == 1, built
     assert {s["built_by"] for s in stamps.values()} == set(built)
     others = [h for n, h in hosts.items() if n not in built]
@@ -61,6 +64,8 @@ def test_exactly_one_host_compiled(hosts, stamps):
 
 def test_the_build_used_the_expected_environment_and_the_patched_tree(hosts, stamps):
     key = stamps[HOSTS[0]]["key"]
+    if stamps[HOSTS[0]]["built_by"] == "an earlier run":
+        pytest.skip("the wheel of this build key was cached: no build in this run")
     builder = hosts[stamps[HOSTS[0]]["built_by"]]
     header = builder.file(f"{WORK}/{key}/build.log").content_string.splitlines()[0]
     assert "VLLM_TARGET_DEVICE=cpu" in header and "PYTORCH_ROCM_ARCH" not in header
