@@ -15,6 +15,10 @@ file by name:
 * a new name is a complete stack, or names ``extends: <known stack>`` to start from a deep
   copy of that stack and merge its own keys over it.
 
+A stack of the file itself may say ``extends: <stack of the file>`` too (the sandbox stack
+that is ``rocm-6.2.1`` with only the device changed); it is resolved before the extra stacks
+are merged, so an extra stack merged over the parent does not reach the child.
+
 Only the standard library is imported at module import time; PyYAML (always present on an
 Ansible controller) is imported when the file is read.
 """
@@ -90,14 +94,47 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
+def resolve_file_extends(base: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The file's stacks with each ``extends: <stack>`` replaced by that stack deep-merged
+    under the entry's own keys (chains allowed; a cycle or an unknown parent is an error
+    naming the file's stack)."""
+    resolved: dict[str, dict[str, Any]] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict[str, Any]:
+        if name in resolved:
+            return resolved[name]
+        where = f"files/stacks.yml stack '{name}'"
+        entry = base[name]
+        if not isinstance(entry, Mapping):
+            return entry  # validate_stack names the type later
+        over = dict(entry)
+        parent = over.pop("extends", None)
+        if parent is None:
+            resolved[name] = copy.deepcopy(over)
+        elif not isinstance(parent, str) or parent not in base:
+            raise StackError(
+                f"{where}.extends: unknown stack {parent!r}; known stacks: "
+                + ", ".join(sorted(base))
+            )
+        elif parent in chain:
+            raise StackError(
+                f"{where}.extends: a cycle ({' -> '.join((*chain, name, parent))})"
+            )
+        else:
+            resolved[name] = deep_merge(resolve(parent, (*chain, name)), over)
+        return resolved[name]
+
+    return {name: resolve(name, ()) for name in base}
+
+
 def merge_stacks(
     base: Mapping[str, Any], extra: Mapping[str, Any] | None
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Merge ``extra`` stacks over ``base``.
+    """Merge ``extra`` stacks over ``base`` (the file's stacks, ``extends`` resolved first).
 
     Returns the merged stacks and, for each name, where it came from (used in error messages).
     """
-    stacks: dict[str, dict[str, Any]] = {name: copy.deepcopy(dict(s)) for name, s in base.items()}
+    stacks: dict[str, dict[str, Any]] = resolve_file_extends(base)
     origin: dict[str, str] = {name: f"files/stacks.yml stack '{name}'" for name in stacks}
     if extra is None:
         return stacks, origin

@@ -185,6 +185,26 @@ def _special_tokens_map(special_map: dict[str, Any], specials: Specials) -> dict
     return out
 
 
+def _spm_tokenizer(converter: Any, model_path: Path, proto: Any, vocab: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` from the sentencepiece proto with transformers' converter.
+
+    transformers 5 builds it from the proto (``build_tokenizer_from_spm_proto``); 4.x (vLLM
+    0.6.6's lock: 4.47.1) only from a slow tokenizer, of which its ``SpmConverter`` reads
+    ``vocab_file`` (and ``add_prefix_space`` when present), so a stand-in with that one
+    attribute is enough. Byte fallback follows the model's trainer spec in both."""
+    build_from_proto = getattr(converter, "build_tokenizer_from_spm_proto", None)
+    if build_from_proto is not None:
+        return build_from_proto(proto, vocab)
+
+    class _SlowTokenizer:
+        vocab_file = str(model_path)
+
+    class _Converter(converter):  # type: ignore[misc, valid-type]
+        handle_byte_fallback = bool(proto.trainer_spec.byte_fallback)
+
+    return _Converter(_SlowTokenizer()).converted()
+
+
 def build(src: Path, max_length: int | None) -> dict[str, bytes]:
     """{name: bytes} for tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
     from transformers.convert_slow_tokenizer import SpmConverter
@@ -192,7 +212,7 @@ def build(src: Path, max_length: int | None) -> dict[str, bytes]:
     model_path = src / "tokenizer.model"
     proto = _load_proto(model_path)
     vocab = _vocab(proto)
-    tokenizer = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
+    tokenizer = _spm_tokenizer(SpmConverter, model_path, proto, vocab)
     if tokenizer is None:
         raise ConvertError(f"{model_path}: transformers could not convert this sentencepiece model")
     special_map = _load_json(src / "special_tokens_map.json")

@@ -654,3 +654,38 @@ def test_gil_handover_interval_is_restored(
     convert(_opts(legacy, tmp_path / "dest"))
     assert seen == [min(before, mcs.SWITCH_INTERVAL)]
     assert sys.getswitchinterval() == before
+
+
+def test_transformers_4_converter_gets_a_slow_tokenizer_stand_in(tmp_path: Path) -> None:
+    """transformers 4.x (vLLM 0.6.6's lock, 4.47.1) has no build_tokenizer_from_spm_proto: its
+    SpmConverter is built from a slow tokenizer and reads only vocab_file. (The real 4.47.1
+    path runs in molecule/vllm-source, role model in the 0.6.6 venv.)"""
+    from types import SimpleNamespace
+
+    from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import (
+        tokenizer as tk,
+    )
+
+    seen: dict = {}
+
+    class Converter4:  # the shape of transformers 4.47's SpmConverter
+        handle_byte_fallback = False
+
+        def __init__(self, original_tokenizer: object) -> None:
+            seen["vocab_file"] = original_tokenizer.vocab_file
+            seen["byte_fallback"] = self.handle_byte_fallback
+
+        def converted(self) -> str:
+            return "tokenizer"
+
+    proto = SimpleNamespace(trainer_spec=SimpleNamespace(byte_fallback=True))
+    model = tmp_path / "tokenizer.model"
+    assert tk._spm_tokenizer(Converter4, model, proto, {}) == "tokenizer"
+    assert seen == {"vocab_file": str(model), "byte_fallback": True}
+
+    class Converter5:
+        @staticmethod
+        def build_tokenizer_from_spm_proto(proto: object, vocab: object) -> tuple:
+            return proto, vocab
+
+    assert tk._spm_tokenizer(Converter5, model, proto, {"a": 0}) == (proto, {"a": 0})

@@ -132,7 +132,7 @@ def test_wrong_os_names_the_stacks_that_fit(gpus: dict[str, Any]) -> None:
         settings(),
     )
     (msg,) = errors_of(result, "os")
-    assert "Debian 12.8 is not supported" in msg and "(cpu)" in msg
+    assert "Debian 12.8 is not supported" in msg and "(cpu, sandbox-rocm-6.2.1)" in msg
 
 
 def test_tp_must_divide_gpu_count(gpus: dict[str, Any]) -> None:

@@ -135,6 +135,64 @@ def test_extends_unknown_parent() -> None:
         sm.get_stack("x", {"x": {"extends": "nope"}})
 
 
+def test_the_sandbox_stack_is_rocm_6_2_1_with_only_the_device_changed() -> None:
+    rocm, sandbox = sm.get_stack("rocm-6.2.1"), sm.get_stack("sandbox-rocm-6.2.1")
+    assert "extends" not in sandbox
+    assert sandbox["vllm"]["version"] == rocm["vllm"]["version"]
+    for key in ("url", "sha256", "subdir", "patches", "build_requirements"):
+        assert sandbox["vllm"]["source"][key] == rocm["vllm"]["source"][key], key
+    assert sandbox["vllm"]["source"]["target_device"] == "cpu"
+    assert sandbox["vllm"]["source"]["runtime_requirements"] == ["requirements-cpu.txt"]
+    assert sandbox["vllm"]["platform"] == "cpu"
+    assert sandbox["torch"]["version"] == rocm["torch"]["version"]
+    assert sandbox["torch"]["packages"] == rocm["torch"]["packages"]
+    assert sandbox["torch"]["index_url"] == "https://download.pytorch.org/whl/cpu"
+    assert sandbox["lock"]["follow"] == "rocm-6.2.1"
+    assert sandbox["lock"]["bounds"] == rocm["lock"]["bounds"]
+    assert sandbox["rocm"] is None and sandbox["gpu_archs"] == []
+
+
+def _file_with(tmp_path: Path, **stacks: dict) -> Path:
+    data = yaml.safe_load(MATRIX.read_text(encoding="utf-8"))
+    data["stacks"].update(stacks)
+    path = tmp_path / "stacks.yml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_file_stacks_extend_in_chains(tmp_path: Path) -> None:
+    path = _file_with(
+        tmp_path,
+        a={"extends": "cpu", "description": "a", "torch": {"version": "9.9"}},
+        b={"extends": "a", "description": "b"},
+    )
+    b = sm.get_stack("b", path=path)
+    assert b["description"] == "b"
+    assert b["torch"]["version"] == "9.9"  # from a
+    assert b["torch"]["packages"] == sm.get_stack("cpu", path=path)["torch"]["packages"]
+
+
+def test_an_extra_stack_merged_over_a_parent_does_not_reach_the_file_child() -> None:
+    extra = {"rocm-6.2.1": {"torch": {"index_url": "https://mirror/rocm"}}}
+    assert sm.get_stack("rocm-6.2.1", extra)["torch"]["index_url"] == "https://mirror/rocm"
+    child = sm.get_stack("sandbox-rocm-6.2.1", extra)
+    assert child["torch"]["index_url"] == "https://download.pytorch.org/whl/cpu"
+
+
+@pytest.mark.parametrize(
+    ("stacks", "error"),
+    [
+        ({"a": {"extends": "nope"}}, r"files/stacks.yml stack 'a'\.extends: unknown stack 'nope'"),
+        ({"a": {"extends": "b"}, "b": {"extends": "a"}}, r"stack '[ab]'\.extends: a cycle"),
+        ({"a": {"extends": 3}}, r"stack 'a'\.extends: unknown stack 3"),
+    ],
+)
+def test_file_extends_errors_name_the_stack(tmp_path: Path, stacks: dict, error: str) -> None:
+    path = _file_with(tmp_path, **stacks)
+    with pytest.raises(sm.StackError, match=error):
+        sm.get_stack("cpu", path=path)
+
+
 def test_extra_must_be_mapping() -> None:
     with pytest.raises(sm.StackError, match="instinct_vllm_stacks_extra must be a mapping"):
         sm.get_stack("cpu", ["cpu"])  # type: ignore[arg-type]
