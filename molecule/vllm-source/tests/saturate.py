@@ -28,7 +28,7 @@ def api_key(env_file: str) -> str:
     """VLLM_API_KEY from a systemd EnvironmentFile ('' when absent)."""
     with open(env_file, encoding="utf-8") as fh:
         for line in fh:
-            name, _, value = line.strip().partition("=")
+            name, _sep, value = line.strip().partition("=")
             if name == "VLLM_API_KEY":
                 return value.strip().strip('"')
     return ""
@@ -93,7 +93,7 @@ class Load:
     def grow(self) -> None:
         with self.lock:
             room = self.args.max_clients - len(self.threads)
-        for _ in range(max(0, min(self.args.step, room))):
+        for _step in range(max(0, min(self.args.step, room))):
             self.start(self.client)
 
     def start(self, target: Any) -> None:
@@ -113,7 +113,7 @@ class Load:
             alive[0].join(1.0)
 
     def run(self) -> dict[str, Any]:
-        for _ in range(self.args.clients):
+        for _client in range(self.args.clients):
             self.start(self.client)
         self.start(self.marker)
         self.join()

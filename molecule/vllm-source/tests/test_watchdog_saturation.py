@@ -159,7 +159,7 @@ def assert_no_restart_under_saturation(host: Any) -> dict[str, Any]:
 
 
 def test_saturated_engine_with_stats_on_is_not_restarted(host: Any, driver: None) -> None:
-    _, vllm = argv(host)
+    _options, vllm = argv(host)
     assert "--disable-log-stats" not in vllm  # the MI300X defaults keep stats on
     assert "vllm:generation_tokens_total" in host.check_output(
         f"curl -s http://127.0.0.1:{flag(vllm, '--port', 8000)}/metrics"
@@ -170,7 +170,7 @@ def test_saturated_engine_with_stats_on_is_not_restarted(host: Any, driver: None
 def test_saturated_engine_with_stats_off_is_not_restarted(
     host: Any, driver: None, stats_off: None
 ) -> None:
-    _, vllm = argv(host)
+    _options, vllm = argv(host)
     assert "--disable-log-stats" in vllm
     metrics = host.check_output(f"curl -s http://127.0.0.1:{flag(vllm, '--port', 8000)}/metrics")
     assert "vllm:" not in metrics  # 0.6.6: the flag also removes the engine's series
@@ -190,7 +190,7 @@ def test_sigstopped_engine_is_restarted_within_watchdogsec_plus_probe_interval(
     host: Any, stats_off: None
 ) -> None:
     wait_for("serving", lambda: serving(host), READY_TIMEOUT, 5)
-    options, _ = argv(host)
+    options, _vllm = argv(host)
     bound = watchdog_sec(host) + options["probe-interval"] + MARGIN
     restarts = int(prop(host, "NRestarts"))
     engine = engine_pid(host)
