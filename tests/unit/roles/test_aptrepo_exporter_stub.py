@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import re
 import shutil
@@ -12,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, ROOT
+from script_loader import load_script
 
 STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd_metrics_exporter.py"
 MONITOR = FIXTURES / "instinct" / "amd-smi_monitor_putm_mi300x_8gpu.txt"
@@ -19,11 +18,7 @@ STATIC = FIXTURES / "instinct" / "amd-smi_static_json_mi300x_8gpu_rocm7.2.1.json
 
 
 def load():
-    loader = importlib.machinery.SourceFileLoader("amd_metrics_exporter_stub", str(STUB))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return load_script("amd_metrics_exporter_stub", STUB)
 
 
 def test_monitor_table_parsed_as_recorded() -> None:

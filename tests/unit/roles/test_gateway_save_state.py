@@ -7,16 +7,14 @@ leaves the previous file as it was and exits 1.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import socket
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "roles" / "gateway" / "files" / "instinct-haproxy-save-state"
@@ -29,18 +27,11 @@ STATE = (
 )
 
 
-def load_script() -> ModuleType:
-    name = "instinct_haproxy_save_state"
-    loader = importlib.machinery.SourceFileLoader(name, str(SCRIPT))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+def load_saver() -> ModuleType:
+    return load_script("instinct_haproxy_save_state", SCRIPT)
 
 
-saver = load_script()
+saver = load_saver()
 
 
 @pytest.fixture

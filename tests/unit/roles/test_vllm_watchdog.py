@@ -7,15 +7,13 @@ vLLM is in test_vllm_watchdog_run.py.
 from __future__ import annotations
 
 import dataclasses
-import importlib.machinery
-import importlib.util
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 WRAPPER = ROOT / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
@@ -23,16 +21,7 @@ WRAPPER = ROOT / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
 
 def load_wrapper() -> ModuleType:
     """Import the extensionless script as a module (dataclasses need it in sys.modules)."""
-    name = "instinct_vllm_watchdog"
-    if name in sys.modules:
-        return sys.modules[name]
-    loader = importlib.machinery.SourceFileLoader(name, str(WRAPPER))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return load_script("instinct_vllm_watchdog", WRAPPER, reuse=True)
 
 
 wd = load_wrapper()

@@ -3,8 +3,6 @@ index), what the node gets mounted, and what inventories/demo makes of it."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -21,13 +20,7 @@ NODE = "instinct-demo-node"
 
 
 def _load_script() -> Any:
-    loader = importlib.machinery.SourceFileLoader("demo_script", str(ROOT / "scripts/demo"))
-    spec = importlib.util.spec_from_loader("demo_script", loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["demo_script"] = mod  # dataclasses look their module up there
-    loader.exec_module(mod)
-    return mod
+    return load_script("demo_script", ROOT / "scripts/demo")
 
 
 demo = _load_script()

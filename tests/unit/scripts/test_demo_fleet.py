@@ -5,8 +5,6 @@ No container is started here."""
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -14,19 +12,13 @@ from types import ModuleType
 
 import pytest
 import yaml
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_demo() -> ModuleType:
-    name = "instinct_demo"
-    loader = importlib.machinery.SourceFileLoader(name, str(ROOT / "scripts" / "demo"))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return load_script("instinct_demo", ROOT / "scripts" / "demo")
 
 
 demo = load_demo()

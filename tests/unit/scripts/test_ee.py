@@ -5,25 +5,19 @@
 from __future__ import annotations
 
 import copy
-import importlib.machinery
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_script():
-    loader = importlib.machinery.SourceFileLoader("ee", str(ROOT / "scripts/ee"))
-    spec = importlib.util.spec_from_loader("ee", loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("ee", ROOT / "scripts/ee")
 
 
 ee = _load_script()

@@ -3,24 +3,17 @@ own section of docs/benchmarks.md, the rest of the file kept; scripts/bench keep
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def load(name: str, path: Path) -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader(name, str(path))
-    spec = importlib.util.spec_from_loader(name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return load_script(name, path)
 
 
 fb = load("instinct_fleet_bench", ROOT / "scripts" / "fleet-bench")

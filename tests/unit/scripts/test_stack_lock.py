@@ -3,8 +3,6 @@ files/locks against the stacks that name them."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import re
 from pathlib import Path
 
@@ -12,17 +10,13 @@ import pytest
 import yaml
 from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 from packaging.requirements import Requirement
+from script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load_script():
-    loader = importlib.machinery.SourceFileLoader("stack_lock", str(ROOT / "scripts/stack-lock"))
-    spec = importlib.util.spec_from_loader("stack_lock", loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script("stack_lock", ROOT / "scripts/stack-lock")
 
 
 sl = _load_script()
