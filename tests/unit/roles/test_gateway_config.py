@@ -8,13 +8,11 @@ are saved before the reload signal and before a stop, and every backend reads th
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from local_play import run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gateway"
@@ -48,23 +46,7 @@ def render(tmp_path: Path, **extra: object) -> dict[str, str]:
         "ansible_python_interpreter": sys.executable,
         **extra,
     }
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    run = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            str(play),
-            "-e",
-            json.dumps(variables),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    run = run_local_playbook(play, variables)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     return {name: (tmp_path / name).read_text() for name in ("haproxy.cfg", "haproxy.service.conf")}
 

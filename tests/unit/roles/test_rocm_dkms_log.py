@@ -4,11 +4,12 @@ ansible-playbook on localhost against a temporary /var/lib/dkms/amdgpu stand-in.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from local_play import run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = """
@@ -38,28 +39,7 @@ def run_rescue(tmp_path: Path, dkms_dir: Path) -> subprocess.CompletedProcess[st
         "_rocm_stack": {"rocm": {"kernel_abi": {"min": "6.8.0-31", "max": "6.8.0-41"}}},
         "ansible_failed_result": {"failed": True, "msg": APT_ERROR},
     }
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
-        ANSIBLE_NOCOLOR="1",
-    )
-    return subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            str(play),
-            "-e",
-            json.dumps(variables),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run_local_playbook(play, variables)
 
 
 def test_failure_shows_the_tail_of_the_newest_make_log(tmp_path: Path) -> None:

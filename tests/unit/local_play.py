@@ -1,0 +1,27 @@
+"""Run a unit-test playbook on localhost with this checkout's ansible.cfg and collections."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_local_playbook(play: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook -i localhost, ``play`` -e ``variables`` (JSON); the result, not checked."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
+        ANSIBLE_NOCOLOR="1",
+    )
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+         "-e", json.dumps(variables)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
+    )  # fmt: skip
