@@ -17,12 +17,24 @@ comes"):
 * the job: `ansible-runner run --process-isolation --process-isolation-executable podman
   --container-image <EE> ...`, with AWX's collections path in the job environment.
 
+* launch prompts: job tags, skip tags and extra vars only where the template asks for them
+  (ask_*_on_launch), launch extra vars above the survey;
+* a workflow (--workflow): its nodes from the roots along success_nodes / failure_nodes /
+  always_nodes as the job or approval ends; each job node's extra vars are the job template's
+  survey defaults, then the artifacts (set_stats) of the jobs before it, then the workflow's
+  survey (defaults and answers) above both; an approval node takes --approval (the person's
+  answer: approve, or deny = the node fails); the workflow fails when a node fails and nothing
+  follows its failure.
+
   awx_job.py --template "instinct-vllm deploy" --image IMAGE --inventory FILE
              --inputs credential-inputs.json --answers '{"instinct_vllm_stack": "cpu"}'
-             --workdir DIR --ident NAME [--container-option OPT ...]
+             --workdir DIR --ident NAME [--extra-vars JSON] [--container-option OPT ...]
+  awx_job.py --workflow "instinct-vllm rollout" --approval approve ... (the same options)
 
-Writes DIR/<ident>.json: {"status", "rc", "seconds", "private_data_dir", "ident"}.
-Exit code: 0 when the job's status is "successful".
+Writes DIR/<ident>.json: {"status", "rc", "seconds", "private_data_dir", "ident", "artifacts"}
+(a workflow: {"workflow", "status", "seconds", "ident", "nodes": [{"identifier", "status",
+"job"}]}, each job node's own summary in DIR/<ident>-<identifier>.json).
+Exit code: 0 when the job's (the workflow's) status is "successful".
 """
 
 from __future__ import annotations
@@ -94,8 +106,11 @@ def survey_vars(template: dict[str, Any], answers: dict[str, Any]) -> dict[str, 
 
 
 def render(template: str, inputs: dict[str, Any]) -> str:
-    return jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined) \
-        .from_string(template).render(**inputs)
+    return (
+        jinja2.sandbox.ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined)
+        .from_string(template)
+        .render(**inputs)
+    )
 
 
 def injections(
@@ -130,7 +145,8 @@ def injections(
 def project_files() -> list[str]:
     out = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     ).stdout.decode()
     return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
 
@@ -143,12 +159,35 @@ def project_sync(pdd: Path) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest)
     build = pdd / "collection-build"
-    subprocess.run(["ansible-galaxy", "collection", "build", "--force", "--output-path",
-                    str(build), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "ansible-galaxy",
+            "collection",
+            "build",
+            "--force",
+            "--output-path",
+            str(build),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     tarball = next(build.glob("instinct-vllm-*.tar.gz"))
-    subprocess.run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps",
-                    "--force", "-p", str(pdd / "requirements_collections"), str(tarball)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "ansible-galaxy",
+            "collection",
+            "install",
+            "--offline",
+            "--no-deps",
+            "--force",
+            "-p",
+            str(pdd / "requirements_collections"),
+            str(tarball),
+        ],
+        check=True,
+        capture_output=True,
+    )
     shutil.rmtree(build)
 
 
@@ -158,72 +197,185 @@ def write_private(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def prepare(args: argparse.Namespace) -> Path:
-    templates = load_awx("job_templates")["awx_job_templates"]
-    template = by_name(templates, args.template, "job template")
-    inputs = json.loads(Path(args.inputs).read_text())
-    extra, env, cmdline, ssh_key = injections(template, inputs)
-    extravars = {**survey_vars(template, json.loads(args.answers)), **extra}
-    pdd = Path(args.workdir) / args.ident
-    shutil.rmtree(pdd, ignore_errors=True)
-    project_sync(pdd)
-    (pdd / "inventory").mkdir()
-    shutil.copy(args.inventory, pdd / "inventory" / "hosts.yml")
-    write_private(pdd / "env" / "extravars", json.dumps(extravars))
-    write_private(pdd / "env" / "envvars",
-                  json.dumps({**env, "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH}))
-    for option, flag, ask in (("tags", "--tags", "ask_tags_on_launch"),
-                              ("skip_tags", "--skip-tags", "ask_skip_tags_on_launch")):
+def launch_prompts(template: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """Job tags and skip tags given at launch, refused where the template does not ask."""
+    cmdline: list[str] = []
+    for option, flag, ask in (
+        ("tags", "--tags", "ask_tags_on_launch"),
+        ("skip_tags", "--skip-tags", "ask_skip_tags_on_launch"),
+    ):
         if value := getattr(args, option):
             if not template.get(ask):
                 raise SystemExit(f"{template['name']} does not ask for {option} at launch")
             cmdline += [flag, value]
-    write_private(pdd / "env" / "cmdline", " ".join(cmdline))
+    return cmdline
+
+
+def launch_vars(template: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    if given and not template.get("ask_variables_on_launch"):
+        raise SystemExit(f"{template['name']} does not ask for extra vars at launch")
+    return given
+
+
+def prepare(
+    args: argparse.Namespace, template: dict[str, Any], extravars: dict[str, Any], ident: str
+) -> Path:
+    """The private data dir of one job: project, inventory, extra vars, env, cmdline, key."""
+    inputs = json.loads(Path(args.inputs).read_text())
+    extra, env, cmdline, ssh_key = injections(template, inputs)
+    pdd = Path(args.workdir) / ident
+    shutil.rmtree(pdd, ignore_errors=True)
+    project_sync(pdd)
+    (pdd / "inventory").mkdir()
+    shutil.copy(args.inventory, pdd / "inventory" / "hosts.yml")
+    write_private(pdd / "env" / "extravars", json.dumps({**extravars, **extra}))
+    write_private(
+        pdd / "env" / "envvars", json.dumps({**env, "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH})
+    )
+    write_private(pdd / "env" / "cmdline", " ".join(cmdline + launch_prompts(template, args)))
     if ssh_key:
         write_private(pdd / "env" / "ssh_key", ssh_key)
     return pdd
 
 
+def job_artifacts(artifacts: Path) -> dict[str, Any]:
+    """What AWX keeps as the job's artifacts: set_stats data, from the playbook_on_stats event."""
+    for path in sorted((artifacts / "job_events").glob("*.json"), reverse=True):
+        event = json.loads(path.read_text())
+        if event.get("event") == "playbook_on_stats":
+            return event.get("event_data", {}).get("artifact_data") or {}
+    return {}
+
+
+def run_job(
+    args: argparse.Namespace, template: dict[str, Any], extravars: dict[str, Any], ident: str
+) -> dict[str, Any]:
+    """One job through ansible-runner in the EE; its summary, also in DIR/<ident>.json."""
+    # No result of an earlier run may stand in for this one.
+    (Path(args.workdir) / f"{ident}.json").unlink(missing_ok=True)
+    pdd = prepare(args, template, extravars, ident)
+    argv = [
+        "ansible-runner",
+        "run",
+        str(pdd),
+        "--playbook",
+        template["playbook"],
+        "--ident",
+        ident,
+        "--process-isolation",
+        "--process-isolation-executable",
+        "podman",
+        "--container-image",
+        args.image,
+    ]
+    argv += [f"--container-option={opt}" for opt in args.container_option]
+    start = time.monotonic()
+    proc = subprocess.run(argv, check=False)
+    artifacts = pdd / "artifacts" / ident
+    status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else ""
+    rc_file = artifacts / "rc"
+    summary = {
+        "template": template["name"],
+        "status": status,
+        "rc": int(rc_file.read_text()) if rc_file.exists() else proc.returncode,
+        "seconds": round(time.monotonic() - start),
+        "private_data_dir": str(pdd),
+        "ident": ident,
+        "artifacts": job_artifacts(artifacts),
+    }
+    (Path(args.workdir) / f"{ident}.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def job_templates() -> list[dict[str, Any]]:
+    return load_awx("job_templates")["awx_job_templates"]
+
+
+def launch_job(args: argparse.Namespace) -> dict[str, Any]:
+    template = by_name(job_templates(), args.template, "job template")
+    extravars = {
+        **survey_vars(template, json.loads(args.answers)),
+        **launch_vars(template, json.loads(args.extra_vars)),
+    }
+    return run_job(args, template, extravars, args.ident)
+
+
+def following(node: dict[str, Any], ok: bool) -> list[str]:
+    return node.get("success_nodes" if ok else "failure_nodes", []) + node.get("always_nodes", [])
+
+
+def run_node(
+    args: argparse.Namespace,
+    node: dict[str, Any],
+    workflow_vars: dict[str, Any],
+    artifacts: dict[str, Any],
+) -> tuple[bool, dict[str, Any]]:
+    """One workflow node: an approval takes --approval; a job runs with the workflow's vars."""
+    if "approval_node" in node:
+        ok = args.approval == "approve"
+        return ok, {"status": "successful" if ok else "failed", "approval": args.approval}
+    template = by_name(job_templates(), node["unified_job_template"], "job template")
+    extravars = {**survey_vars(template, {}), **artifacts, **workflow_vars}
+    job = run_job(args, template, extravars, f"{args.ident}-{node['identifier']}")
+    artifacts.update(job["artifacts"])
+    return job["status"] == "successful", {"status": job["status"], "job": job["ident"]}
+
+
+def launch_workflow(args: argparse.Namespace) -> dict[str, Any]:
+    workflow = by_name(
+        load_awx("workflows")["awx_workflow_job_templates"], args.workflow, "workflow job template"
+    )
+    nodes = {
+        n["identifier"]: n
+        for n in load_awx("workflows")["awx_workflow_job_template_nodes"]
+        if n["workflow_job_template"] == args.workflow
+    }
+    children = {c for n in nodes.values() for ok in (True, False) for c in following(n, ok)}
+    workflow_vars = survey_vars(workflow, json.loads(args.answers))
+    pending, ran, artifacts, failed = sorted(set(nodes) - children), [], {}, False
+    start = time.monotonic()
+    while pending:
+        identifier = pending.pop(0)
+        ok, result = run_node(args, nodes[identifier], workflow_vars, artifacts)
+        ran.append({"identifier": identifier, **result})
+        pending += following(nodes[identifier], ok)
+        failed |= not ok and not following(nodes[identifier], False)
+    summary = {
+        "workflow": args.workflow,
+        "status": "failed" if failed else "successful",
+        "seconds": round(time.monotonic() - start),
+        "ident": args.ident,
+        "nodes": ran,
+    }
+    (Path(args.workdir) / f"{args.ident}.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--template", required=True)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--template")
+    what.add_argument("--workflow")
+    parser.add_argument(
+        "--approval",
+        choices=["approve", "deny"],
+        default="deny",
+        help="the answer to a workflow's approval nodes",
+    )
     parser.add_argument("--image", required=True)
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--inputs", required=True, help="JSON: {credential name: {input: value}}")
     parser.add_argument("--answers", default="{}", help="JSON: survey answers")
+    parser.add_argument("--extra-vars", default="{}", help="JSON: extra vars given at launch")
     parser.add_argument("--tags", default="", help="job tags")
     parser.add_argument("--skip-tags", default="", help="skip tags")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--ident", required=True)
     parser.add_argument("--container-option", action="append", default=[])
     args = parser.parse_args()
-
-    # No result of an earlier run may stand in for this one.
-    (Path(args.workdir) / f"{args.ident}.json").unlink(missing_ok=True)
-    template = by_name(load_awx("job_templates")["awx_job_templates"], args.template,
-                       "job template")
-    pdd = prepare(args)
-    argv = ["ansible-runner", "run", str(pdd), "--playbook", template["playbook"],
-            "--ident", args.ident, "--process-isolation",
-            "--process-isolation-executable", "podman", "--container-image", args.image]
-    argv += [f"--container-option={opt}" for opt in args.container_option]
-    start = time.monotonic()
-    proc = subprocess.run(argv, check=False)
-    seconds = round(time.monotonic() - start)
-    artifacts = pdd / "artifacts" / args.ident
-    status = (artifacts / "status").read_text().strip() if (artifacts / "status").exists() else ""
-    rc_file = artifacts / "rc"
-    summary = {
-        "template": args.template,
-        "status": status,
-        "rc": int(rc_file.read_text()) if rc_file.exists() else proc.returncode,
-        "seconds": seconds,
-        "private_data_dir": str(pdd),
-        "ident": args.ident,
-    }
-    (Path(args.workdir) / f"{args.ident}.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary))
-    return 0 if status == "successful" else 1
+    summary = launch_workflow(args) if args.workflow else launch_job(args)
+    print(json.dumps({k: v for k, v in summary.items() if k != "artifacts"}))
+    return 0 if summary["status"] == "successful" else 1
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ MODULES = {  # list in awx/ -> the awx.awx module that applies it
     "awx_organizations": "organization",
     "awx_credential_types": "credential_type",
     "awx_credentials": "credential",
+    "awx_execution_environments": "execution_environment",
     "awx_projects": "project",
     "awx_inventories": "inventory",
     "awx_inventory_sources": "inventory_source",
@@ -159,6 +160,8 @@ def test_references_resolve() -> None:
         assert obj.get("organization", next(iter(orgs))) in orgs, f"{key}: {obj}"
     types = _names("awx_credential_types") | BUILTIN_CREDENTIAL_TYPES
     assert {c["credential_type"] for c in DATA["awx_credentials"]} <= types
+    for project in DATA["awx_projects"]:
+        assert project["default_environment"] in _names("awx_execution_environments")
     for jt in DATA["awx_job_templates"]:
         assert jt["project"] in _names("awx_projects"), jt["name"]
         assert jt["inventory"] in _names("awx_inventories"), jt["name"]
@@ -185,6 +188,14 @@ def test_a_job_template_per_playbook() -> None:
 def test_the_project_is_the_galaxy_repository() -> None:
     galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
     assert [p["scm_url"] for p in DATA["awx_projects"]] == [f"{galaxy['repository']}.git"]
+
+
+def test_the_execution_environment_is_the_release_image() -> None:
+    """The image is named after galaxy.yml's repository owner and version, like the project."""
+    galaxy = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+    owner = galaxy["repository"].removeprefix("https://github.com/").split("/")[0]
+    expected = f"ghcr.io/{owner}/instinct-vllm-ee:{galaxy['version']}"
+    assert [e["image"] for e in DATA["awx_execution_environments"]] == [expected]
 
 
 def test_the_inventory_source_holds_no_vault_file() -> None:
@@ -321,6 +332,16 @@ def test_the_rollout_workflow_is_preflight_approval_rolling_update_verify() -> N
         "instinct-vllm verify",
     ]
     assert len(chain) == len(nodes)
+
+
+def test_the_workflow_asks_what_the_rolling_update_asks() -> None:
+    """Its answers override each job's survey defaults: a question the rolling update asks and
+    the workflow does not would be stuck at that default in every rollout."""
+    (workflow,) = DATA["awx_workflow_job_templates"]
+    name = "instinct-vllm rolling update"
+    (rolling,) = [t for t in DATA["awx_job_templates"] if t["name"] == name]
+    asked = [q["variable"] for q in workflow["survey_spec"]["spec"]]
+    assert asked == [q["variable"] for q in rolling["survey_spec"]["spec"]]
 
 
 def _configure_tasks() -> list[dict[str, Any]]:

@@ -1,11 +1,13 @@
-"""awx scenario: the deploy and verify job templates, run as AWX jobs (ansible-runner, process
-isolation in the EE image, credentials injected), against one sandbox node over SSH."""
+"""awx scenario: every job template of awx/ and the rollout workflow, run as AWX runs them
+(ansible-runner, process isolation in the EE image, surveys and credentials as AWX renders them),
+against one sandbox node over SSH."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ API_KEY = INPUTS["instinct-vllm client API key"]["api_key"]
 HF_TOKEN = INPUTS["instinct-vllm Hugging Face token"]["hf_token"]
 SECRETS = {"the vLLM API key": API_KEY, "the HF token": HF_TOKEN}
 VERIFY_TASK = "Check the OpenAI-compatible API"
+ROLLED_NAME = "gpt-oss-120B-rollout"  # the served name the approved rollout changes to
 
 
 def summary(ident: str) -> dict:
@@ -43,16 +46,41 @@ def test_secrets_are_distinctive() -> None:
 def test_the_ee_has_what_the_collection_needs() -> None:
     image = json.loads((JOBS / "ee.json").read_text())["image"]
     out = subprocess.run(
-        ["podman", "run", "--rm", "--runtime=runc", "--ulimit=nofile=20000:20000",
-         "--ulimit=nproc=32768:32768", "--user=root", image, "bash", "-c",
-         "python3 -c 'import openai, matplotlib; print(openai.__version__)'"
-         " && ansible-galaxy collection list instinct.vllm && command -v ssh-agent"],
-        check=True, capture_output=True, text=True,
+        [
+            "podman",
+            "run",
+            "--rm",
+            "--runtime=runc",
+            "--ulimit=nofile=20000:20000",
+            "--ulimit=nproc=32768:32768",
+            "--user=root",
+            image,
+            "bash",
+            "-c",
+            "python3 -c 'import openai, matplotlib; print(openai.__version__)'"
+            " && ansible-galaxy collection list instinct.vllm && command -v ssh-agent",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert "3.57.0" in out and "instinct.vllm" in out and "/usr/bin/ssh-agent" in out
 
 
-IDENTS = ["awx-deploy", "awx-deploy-unit", "awx-verify"]
+IDENTS = [
+    "awx-preflight",
+    "awx-deploy",
+    "awx-deploy-unit",
+    "awx-verify",
+    "awx-acceptance",
+    "awx-benchmark",
+    "awx-diagnose",
+    # the jobs of the approved rollout workflow, and the denied one's only job
+    "awx-rollout-preflight",
+    "awx-rollout-rolling-update",
+    "awx-rollout-verify",
+    "awx-rollout-denied-preflight",
+]
 
 
 @pytest.mark.parametrize("ident", IDENTS)
@@ -68,22 +96,139 @@ def test_deploy_ran_over_ssh_in_the_ee() -> None:
     starts = [e for e in events("awx-deploy") if e["event"] == "playbook_on_start"]
     assert starts, "no playbook_on_start event"
     # The node's facts came over SSH as the Machine credential's user, then become.
-    facts = [e for e in events("awx-deploy") if e["event"] == "runner_on_ok"
-             and e["event_data"].get("task") == "Gathering Facts"]
+    facts = [
+        e
+        for e in events("awx-deploy")
+        if e["event"] == "runner_on_ok" and e["event_data"].get("task") == "Gathering Facts"
+    ]
     assert facts
     assert facts[0]["event_data"]["res"]["ansible_facts"]["ansible_hostname"] == "awx-node"
 
 
-def test_verify_talked_to_vllm() -> None:
-    results = [e["event_data"]["res"] for e in events("awx-verify")
-               if e["event"] == "runner_on_ok" and e["event_data"].get("task") == VERIFY_TASK]
-    assert len(results) == 1, "the verify check did not report once"
+def verify_result(ident: str) -> dict:
+    results = [
+        e["event_data"]["res"]
+        for e in events(ident)
+        if e["event"] == "runner_on_ok" and e["event_data"].get("task") == VERIFY_TASK
+    ]
+    assert len(results) == 1, f"{ident}: the verify check did not report once"
     checks = {c["name"]: c for c in results[0]["checks"]}
     # Every check ran and passed: a real (and a streamed) completion came back, and the
     # endpoint refused a client without the key.
     assert set(checks) == {"health", "models", "chat", "chat_stream", "tokenize", "auth_required"}
     assert all(c["ok"] for c in checks.values()), checks
-    assert results[0]["model"] == "gpt-oss-120B"  # the survey's default served name
+    return results[0]
+
+
+def test_verify_talked_to_vllm() -> None:
+    assert verify_result("awx-verify")["model"] == "gpt-oss-120B"  # the survey's default
+
+
+def extravars(ident: str) -> dict:
+    return json.loads((Path(summary(ident)["private_data_dir"]) / "env/extravars").read_text())
+
+
+def node_tasks(ident: str) -> list[dict]:
+    return [
+        e["event_data"]
+        for e in events(ident)
+        if e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
+    ]
+
+
+def test_preflight_only_checked() -> None:
+    """playbooks/preflight.yml: roles stack and preflight, nothing changed on the node."""
+    ran = node_tasks("awx-preflight")
+    assert {role_of(d) for d in ran} == {"stack", "preflight"}, {role_of(d) for d in ran}
+    assert not [d["task"] for d in ran if d.get("res", {}).get("changed")]
+    assert extravars("awx-preflight")["instinct_vllm_stack"] == "cpu"
+
+
+def project_dir(ident: str) -> Path:
+    """/runner/project of the job: where the playbooks' controller-side results land."""
+    return Path(summary(ident)["private_data_dir"]) / "project"
+
+
+def test_acceptance_report_and_artifacts() -> None:
+    report = json.loads(
+        (project_dir("awx-acceptance") / "acceptance-reports/awx-node.json").read_text()
+    )
+    assert report["status"] == "ok", report
+    checks = report["checks"]
+    assert checks["serve"]["status"] == "ok" and checks["vllm_platform"]["status"] == "ok"
+    assert checks["gpu_matmul"]["status"] == "skipped"  # no GPU on a cpu stack
+    # What AWX keeps of the job (set_stats): the node's verdict.
+    assert summary("awx-acceptance")["artifacts"] == {
+        "instinct_vllm_acceptance": {"awx-node": {"status": "ok", "summary": report["summary"]}}
+    }
+
+
+def test_benchmark_ran_with_the_launch_vars_and_passed_its_gate() -> None:
+    assert extravars("awx-benchmark")["benchmark_concurrency"] == [1, 2]
+    result = summary("awx-benchmark")["artifacts"]["instinct_vllm_benchmark"]
+    assert result["passed"] is True and result["violations"] == []
+    run = project_dir("awx-benchmark") / "instinct-benchmark" / result["run"]
+    raw = sorted((run / "raw").glob("*.json"))
+    assert len(raw) == 2, raw  # one result per concurrency level
+    done = json.loads((run / "summary.json").read_text())
+    assert done["meta"]["concurrency"] == [1, 2]
+
+
+def test_diagnose_archive_has_a_verdict_and_no_secret() -> None:
+    result = summary("awx-diagnose")["artifacts"]["instinct_vllm_diagnose"]
+    assert result["primary"] == {"awx-node": "unknown"}  # a healthy node: no failure class
+    archive = project_dir("awx-diagnose") / Path(result["archive"]).relative_to("/runner/project")
+    with tarfile.open(archive) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert any(name.endswith("verdict.json") for name in members), sorted(members)
+    for what, secret in SECRETS.items():
+        assert not [n for n, data in members.items() if secret.encode() in data], what
+
+
+def workflow(ident: str) -> dict:
+    return json.loads((JOBS / f"{ident}.json").read_text())
+
+
+def test_the_approved_rollout_ran_every_step() -> None:
+    run = workflow("awx-rollout")
+    assert run["status"] == "successful", run
+    steps = [(n["identifier"], n["status"]) for n in run["nodes"]]
+    assert steps == [
+        ("preflight", "successful"),
+        ("approve", "successful"),
+        ("rolling-update", "successful"),
+        ("verify", "successful"),
+    ]
+
+
+def test_the_workflow_survey_reached_every_job() -> None:
+    """The workflow's answers sit above each job template's own survey defaults."""
+    for ident in ("awx-rollout-preflight", "awx-rollout-rolling-update", "awx-rollout-verify"):
+        got = extravars(ident)
+        assert got["vllm_service_served_model_name"] == ROLLED_NAME, ident
+        assert (got["instinct_vllm_stack"], got["model_source"]) == ("cpu", "demo"), ident
+    assert extravars("awx-rollout-rolling-update")["instinct_vllm_serial"] == 1
+
+
+def test_the_rollout_restarted_the_engine_with_the_change(host) -> None:
+    before = (JOBS / "mainpid-before-rollout").read_text().strip()
+    after = host.run("systemctl show --property=MainPID --value vllm").stdout.strip()
+    assert before not in ("", "0") and after not in ("", "0", before)
+    unit = host.file("/etc/systemd/system/vllm.service").content_string
+    assert "--served-model-name" in unit and ROLLED_NAME in unit
+    assert summary("awx-rollout-rolling-update")["artifacts"] == {
+        "instinct_vllm_rollout": {"awx-node": "updated"}
+    }
+    # The workflow's verify asked for the new name, and every check passed.
+    assert verify_result("awx-rollout-verify")["model"] == ROLLED_NAME
+
+
+def test_a_denied_approval_stops_the_rollout() -> None:
+    run = workflow("awx-rollout-denied")
+    assert run["status"] == "failed"
+    steps = [(n["identifier"], n["status"]) for n in run["nodes"]]
+    assert steps == [("preflight", "successful"), ("approve", "failed")]
+    assert not (JOBS / "awx-rollout-denied-rolling-update").exists()
 
 
 def role_of(data: dict) -> str:
@@ -97,8 +242,11 @@ def run_yml_tasks() -> set[str]:
 
 def test_skip_tags_skipped_the_model_check() -> None:
     """deploy with skip tags vllm_contract: vLLM's model check did not run, the rest did."""
-    tasks = {e["event_data"].get("task") for e in events("awx-deploy")
-             if e["event"] in ("runner_on_ok", "runner_on_skipped")}
+    tasks = {
+        e["event_data"].get("task")
+        for e in events("awx-deploy")
+        if e["event"] in ("runner_on_ok", "runner_on_skipped")
+    }
     contract = yaml.safe_load((REPO / "roles/vllm/tasks/contract.yml").read_text())
     names = {t["name"] for t in contract if "name" in t and "block" not in t}
     assert names and not names & tasks
@@ -109,9 +257,12 @@ def test_job_tags_ran_the_unit_part_only() -> None:
     """deploy with job tags vllm_service_unit: role stack (always), vllm_service's input
     checks and its unit step; nothing of preflight, vllm, model, the service start, verify."""
     # Ansible's own argument validation of each included role is tagged always too.
-    ran = [e["event_data"] for e in events("awx-deploy-unit")
-           if e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
-           and not e["event_data"]["task"].startswith("Validating arguments against arg spec")]
+    ran = [
+        e["event_data"]
+        for e in events("awx-deploy-unit")
+        if e["event"] in ("runner_on_ok", "runner_on_skipped", "runner_on_failed")
+        and not e["event_data"]["task"].startswith("Validating arguments against arg spec")
+    ]
     assert {role_of(d) for d in ran} <= {"", "stack", "vllm_service"}, {role_of(d) for d in ran}
     tasks = {d["task"] for d in ran}
     assert "Write the systemd unit" in tasks
