@@ -12,8 +12,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_local_playbook(play: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook -i localhost, ``play`` -e ``variables`` (JSON); the result, not checked."""
+def run_local_playbook(
+    play: Path, variables: dict[str, Any], inventory: str = "localhost,"
+) -> subprocess.CompletedProcess[str]:
+    """ansible-playbook -i ``inventory`` ``play`` -e ``variables`` (JSON); the result, not
+    checked."""
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -21,7 +24,7 @@ def run_local_playbook(play: Path, variables: dict[str, Any]) -> subprocess.Comp
         ANSIBLE_NOCOLOR="1",
     )
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, str(play),
          "-e", json.dumps(variables)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip
