@@ -15,8 +15,7 @@ comes"):
   ssh-agent) and `-u`/`--become-method` in env/cmdline; each custom credential type's
   injectors are rendered with its inputs into env/extravars and env/envvars;
 * the job: `ansible-runner run --process-isolation --process-isolation-executable podman
-  --container-image <EE> ...`, with AWX's collections path in the job environment.
-
+  --container-image <EE> ...`, with AWX's collections path in the job environment;
 * launch prompts: job tags, skip tags and extra vars only where the template asks for them
   (ask_*_on_launch), launch extra vars above the survey;
 * a workflow (--workflow): its nodes from the roots along success_nodes / failure_nodes /
@@ -27,7 +26,8 @@ comes"):
   follows its failure.
 
   awx_job.py --template "instinct-vllm deploy" --image IMAGE --inventory FILE
-             --inputs credential-inputs.json --answers '{"instinct_vllm_stack": "cpu"}'
+             --collection instinct-vllm-X.tar.gz --inputs credential-inputs.json
+             --answers '{"instinct_vllm_stack": "cpu"}'
              --workdir DIR --ident NAME [--extra-vars JSON] [--container-option OPT ...]
   awx_job.py --workflow "instinct-vllm rollout" --approval approve ... (the same options)
 
@@ -151,44 +151,20 @@ def project_files() -> list[str]:
     return [f for f in out.split("\0") if f and (ROOT / f).is_file()]
 
 
-def project_sync(pdd: Path) -> None:
-    """The project checkout and its collections/requirements.yml, as AWX's project update."""
+def project_sync(pdd: Path, collection: Path) -> None:
+    """The project checkout and its collections/requirements.yml, as AWX's project update:
+    this collection from its tarball (built once per scenario run by scripts/ee, as AWX installs
+    a project revision's requirements once and copies them into each job)."""
     project = pdd / "project"
     for rel in project_files():
         dest = project / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest)
-    build = pdd / "collection-build"
     subprocess.run(
-        [
-            "ansible-galaxy",
-            "collection",
-            "build",
-            "--force",
-            "--output-path",
-            str(build),
-            str(ROOT),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    tarball = next(build.glob("instinct-vllm-*.tar.gz"))
-    subprocess.run(
-        [
-            "ansible-galaxy",
-            "collection",
-            "install",
-            "--offline",
-            "--no-deps",
-            "--force",
-            "-p",
-            str(pdd / "requirements_collections"),
-            str(tarball),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    shutil.rmtree(build)
+        ["ansible-galaxy", "collection", "install", "--offline", "--no-deps", "--force",
+         "-p", str(pdd / "requirements_collections"), str(collection)],
+        check=True, capture_output=True,
+    )  # fmt: skip
 
 
 def write_private(path: Path, text: str) -> None:
@@ -225,7 +201,7 @@ def prepare(
     extra, env, cmdline, ssh_key = injections(template, inputs)
     pdd = Path(args.workdir) / ident
     shutil.rmtree(pdd, ignore_errors=True)
-    project_sync(pdd)
+    project_sync(pdd, Path(args.collection))
     (pdd / "inventory").mkdir()
     shutil.copy(args.inventory, pdd / "inventory" / "hosts.yml")
     write_private(pdd / "env" / "extravars", json.dumps({**extravars, **extra}))
@@ -322,12 +298,13 @@ def run_node(
 
 
 def launch_workflow(args: argparse.Namespace) -> dict[str, Any]:
+    workflows = load_awx("workflows")
     workflow = by_name(
-        load_awx("workflows")["awx_workflow_job_templates"], args.workflow, "workflow job template"
+        workflows["awx_workflow_job_templates"], args.workflow, "workflow job template"
     )
     nodes = {
         n["identifier"]: n
-        for n in load_awx("workflows")["awx_workflow_job_template_nodes"]
+        for n in workflows["awx_workflow_job_template_nodes"]
         if n["workflow_job_template"] == args.workflow
     }
     children = {c for n in nodes.values() for ok in (True, False) for c in following(n, ok)}
@@ -364,6 +341,7 @@ def main() -> int:
     )
     parser.add_argument("--image", required=True)
     parser.add_argument("--inventory", required=True)
+    parser.add_argument("--collection", required=True, help="this collection's tarball")
     parser.add_argument("--inputs", required=True, help="JSON: {credential name: {input: value}}")
     parser.add_argument("--answers", default="{}", help="JSON: survey answers")
     parser.add_argument("--extra-vars", default="{}", help="JSON: extra vars given at launch")
