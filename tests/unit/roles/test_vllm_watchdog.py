@@ -133,8 +133,8 @@ def test_notify_address() -> None:
 
 @pytest.mark.parametrize(
     ("returncode", "stop", "expected"),
-    [(0, False, 0), (3, False, 3), (-9, False, 137), (-15, False, 143), (-15, True, 0),
-     (-2, True, 0), (1, True, 1)],
+    [(0, False, 70), (0, True, 0), (3, False, 3), (-9, False, 137), (-15, False, 143),
+     (-15, True, 0), (-2, True, 0), (1, True, 1)],
 )
 def test_exit_code(returncode: int, stop: bool, expected: int) -> None:
     assert wd.exit_code(returncode, stop) == expected

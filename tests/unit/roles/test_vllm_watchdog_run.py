@@ -533,11 +533,12 @@ def test_old_metric_names(
     ("mode", "env", "action", "expected"),
     [
         ("exit=3", {}, None, 3),  # vLLM exits by itself: its code
-        ("exit=0", {}, None, 0),
+        ("exit=0", {}, None, 70),  # by itself with 0 (API server after engine death): failure
         ("kill=9", {}, None, 137),  # killed by a signal: 128 + n
         ("default-term", {}, "term-child", 143),  # SIGTERM not from a stop request: failure
         ("default-term", {}, "term-wrapper", 0),  # requested stop, vLLM dies by the signal
         ("wait", {"CHILD_TERM_CODE": "5"}, "term-wrapper", 5),  # requested, vLLM fails: its code
+        ("wait", {"CHILD_TERM_CODE": "0"}, "term-wrapper", 0),  # requested, vLLM exits 0: stopped
     ],
 )
 def test_exit_code_propagation(
