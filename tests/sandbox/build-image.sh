@@ -26,6 +26,10 @@ debootstrap --variant=minbase --include="$packages" "$suite" "$work/rootfs" "$mi
   >"$work/debootstrap.log" 2>&1 || { tail -n 40 "$work/debootstrap.log"; exit 1; }
 chroot "$work/rootfs" apt-get clean
 rm -rf "$work"/rootfs/var/lib/apt/lists/* "$work"/rootfs/var/cache/apt/*.bin
+# The lists are gone, so mark them as never updated: apt's cache_valid_time reads this
+# directory's mtime, and an image younger than the validity would otherwise skip the update
+# and find no package at all (seen on a new machine: "No package matching 'libnuma1'").
+touch -d @0 "$work/rootfs/var/lib/apt/lists"
 : >"$work/rootfs/etc/machine-id"
 # No getty on a container console; no udev trigger noise.
 chroot "$work/rootfs" systemctl mask getty@tty1.service serial-getty@ttyS0.service \
