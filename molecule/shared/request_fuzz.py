@@ -379,7 +379,7 @@ def problem(case: Case, answer: Answer) -> str | None:
         if error_message(answer.body, case.detail_ok) is None:
             return f"{answer.status} without an OpenAI-style error: {answer.body[:300]!r}"
         return None
-    return f"{answer.status}: {answer.body[:300]!r}"
+    return f"server error {answer.status}: {answer.body[:300]!r}"
 
 
 def run(base_url: str, key: str, cases: list[Case],
