@@ -7,12 +7,13 @@ Usage::
     groups['vllm_nodes'] | instinct.vllm.gateway_nodes(hostvars)
         -> [{'name': 'node1', 'address': '10.0.0.11', 'port': 8000}, ...]
     gateway_api_keys | instinct.vllm.gateway_key_hashes
-        -> [{'name': 'team-a', 'sha256': '<64 hex>', 'rate_limit': 600 | None}, ...]
+        -> [{'name': 'team-a', 'sha256': '<64 hex>', 'rate_limit': 600 | None,
+             'max_concurrency': 8 | None}, ...]
 
 gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name) and
 ``vllm_service_port`` (else 8000); the HAProxy server is named after the inventory host.
 gateway_key_hashes: ``key_sha256`` as given (lower case) or the SHA-256 of ``key``; the clear key
-does not appear in the result.
+does not appear in the result. ``max_concurrency``, when set, must be a positive integer.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def gateway_nodes(hosts: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any
 
 
 def gateway_key_hashes(keys: Any) -> list[dict[str, Any]]:
-    """gateway_api_keys -> [{name, sha256, rate_limit}] (no clear key in the result)."""
+    """gateway_api_keys -> [{name, sha256, rate_limit, max_concurrency}] (no clear key in the
+    result)."""
     if not isinstance(keys, (list, tuple)):
         raise AnsibleFilterError(
             "instinct.vllm.gateway_key_hashes: expects gateway_api_keys (a list)"
@@ -68,8 +70,28 @@ def gateway_key_hashes(keys: Any) -> list[dict[str, Any]]:
             )
         limit = entry.get("rate_limit")
         out.append({"name": str(entry["name"]), "sha256": digest,
-                    "rate_limit": None if limit is None else int(limit)})
+                    "rate_limit": None if limit is None else int(limit),
+                    "max_concurrency": _positive_or_none(entry, i, "max_concurrency")})
     return out
+
+
+def _positive_or_none(entry: Mapping[str, Any], i: int, field: str) -> int | None:
+    """entry[field] as an integer >= 1, or None when the entry does not set it."""
+    value = entry.get(field)
+    if value is None:
+        return None
+    number = None
+    if not isinstance(value, bool):
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None or number < 1 or str(number) != str(value).strip():
+        raise AnsibleFilterError(
+            f"instinct.vllm.gateway_key_hashes: gateway_api_keys[{i}] ({entry['name']}): "
+            f"{field} must be a positive integer (is {value!r})"
+        )
+    return number
 
 
 class FilterModule:

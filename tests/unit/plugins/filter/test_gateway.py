@@ -40,13 +40,13 @@ def test_nodes_refuse_a_string() -> None:
 def test_key_hashes_hash_clear_keys_and_keep_given_hashes() -> None:
     given = "AB" * 32
     out = gateway_key_hashes([
-        {"name": "a", "key": "clear-key-123456789", "rate_limit": "5"},
+        {"name": "a", "key": "clear-key-123456789", "rate_limit": "5", "max_concurrency": "8"},
         {"name": "b", "key_sha256": given},
     ])
     assert out == [
         {"name": "a", "sha256": hashlib.sha256(b"clear-key-123456789").hexdigest(),
-         "rate_limit": 5},
-        {"name": "b", "sha256": given.lower(), "rate_limit": None},
+         "rate_limit": 5, "max_concurrency": 8},
+        {"name": "b", "sha256": given.lower(), "rate_limit": None, "max_concurrency": None},
     ]
     assert "clear-key-123456789" not in repr(out)
 
@@ -54,3 +54,10 @@ def test_key_hashes_hash_clear_keys_and_keep_given_hashes() -> None:
 def test_key_hashes_name_the_entry_without_a_key() -> None:
     with pytest.raises(AnsibleFilterError, match=r"gateway_api_keys\[1\] \(b\)"):
         gateway_key_hashes([{"name": "a", "key": "x" * 20}, {"name": "b"}])
+
+
+@pytest.mark.parametrize("bad", [0, -1, "two", 2.5, True, [2]])
+def test_key_hashes_refuse_a_max_concurrency_that_is_not_a_positive_integer(bad: object) -> None:
+    with pytest.raises(AnsibleFilterError,
+                       match=r"gateway_api_keys\[0\] \(a\): max_concurrency must be a positive"):
+        gateway_key_hashes([{"name": "a", "key": "x" * 20, "max_concurrency": bad}])
