@@ -39,3 +39,10 @@ def test_nothing_ran(tmp_path):
     run = subprocess.run([ROOT / "scripts" / "budgets", tmp_path, BUDGETS], capture_output=True,
                          text=True, check=True)
     assert run.stdout == ""
+
+
+def test_docs_table_matches_the_budgets():
+    text = (ROOT / "docs" / "development.md").read_text()
+    table = text.split("<!-- budgets:", 1)[1].split("\n\n", 1)[0]
+    rows = [line.strip("| ").split(" | ") for line in table.splitlines()[3:]]
+    assert {name: int(value.removesuffix(" s")) for name, value in rows} == budgets()
