@@ -181,7 +181,11 @@ def test_source_patches_follow_the_series_with_checksums(tmp_path: Path) -> None
 
 def test_source_patches_of_the_default_stack() -> None:
     got = vi.vllm_source_patches([str(ROOT / "files/patches/vllm/0.6.6.post1")])
-    assert [p["name"] for p in got] == ["0001-build-pin-cmake-below-4.patch"]
+    assert [p["name"] for p in got] == [
+        "0001-build-pin-cmake-below-4.patch",
+        "0002-openai-answer-malformed-requests-with-400.patch",
+        "0003-xgrammar-rejected-token-does-not-kill-the-engine.patch",
+    ]
 
 
 def test_source_patches_name_a_missing_patch(tmp_path: Path) -> None:
