@@ -44,6 +44,8 @@ def test_every_host_is_stamped_with_the_same_key_and_wheel(stamps):
     # the stack's series, then the sandbox's (vllm_source_patch_dirs)
     assert [p["name"] for p in stamp["inputs"]["patches"]] == [
         "0001-build-pin-cmake-below-4.patch",
+        "0002-openai-answer-malformed-requests-with-400.patch",
+        "0003-xgrammar-rejected-token-does-not-kill-the-engine.patch",
         "sandbox-0001-cpu-target-with-pypi-cuda-torch.patch",
     ]
     assert "skipped" in stamp["verified"]["torch_version_hip"]
