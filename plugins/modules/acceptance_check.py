@@ -18,8 +18,12 @@ description:
     not the stack's device.
   - C(gpu_health) - temperatures, ECC counts and XGMI links read through the amdsmi Python
     binding in the venv, against the thresholds.
-  - C(serve) - one completion from the node's model, through the running service's API, or
-    from a short-lived server on 127.0.0.1 when no service runs yet.
+  - C(serve) - one completion from the node's model, through the service's API when its unit
+    is active (an activating unit is waited for, up to I(activating_timeout)), or from a
+    short-lived server on 127.0.0.1 when the node has no such unit. A failed, restarting,
+    stopped or masked unit fails the check; no second server is started on its GPUs.
+  - The unit's state is read with C(systemctl show), which needs no root, so the module can
+    run as the service's user (the playbook becomes it - its groups open C(/dev/kfd)).
   - On a stack without GPU (I(device=cpu)) C(gpu_matmul) and C(gpu_health) are skipped with
     the reason. The module never fails for a failed check; it returns the result (status
     ok, failed, skipped or error) and the playbook gates on all of them.
@@ -80,7 +84,12 @@ options:
     type: str
     default: auto
   serve_mode:
-    description: C(auto) uses the service when it is active or failed, else a temporary server.
+    description:
+      - C(auto) - the service when its unit exists (waited for while activating, a failure
+        when it is failed, restarting or stopped), a temporary server only when the node has
+        no unit by that name (systemd's LoadState C(not-found)).
+      - C(service) - the service only (no unit is a failure).
+      - C(temporary) - a temporary server, whatever the unit's state.
     type: str
     default: auto
     choices: [auto, service, temporary]
@@ -88,6 +97,18 @@ options:
     description: The systemd service name (without .service).
     type: str
     default: vllm
+  activating_timeout:
+    description:
+      - Seconds to wait at most for an activating unit (its model loading) to become active;
+        still activating after it, the check fails naming the state. 0 does not wait.
+      - The playbook passes the unit's TimeoutStartSec (C(vllm_service_timeout_start_sec)),
+        after which systemd ends the start itself.
+    type: float
+    default: 3600
+  poll_interval:
+    description: Seconds between two reads of an activating unit's state.
+    type: float
+    default: 5
   base_url:
     description: The service's URL as seen from the node.
     type: str
@@ -199,6 +220,8 @@ def main() -> None:
             "timeout": {"type": "float", "default": 120.0},
             "server_args": {"type": "list", "elements": "str", "default": []},
             "startup_timeout": {"type": "float", "default": 900.0},
+            "activating_timeout": {"type": "float", "default": 3600.0},
+            "poll_interval": {"type": "float", "default": 5.0},
         },
         supports_check_mode=True,
     )
@@ -211,9 +234,16 @@ def main() -> None:
     env = {str(k): str(v) for k, v in p["environment"].items()}
 
     def run(argv: list[str], stdin: str, extra: dict[str, str]) -> tuple[int, str, str]:
-        rc, out, err = module.run_command(
-            argv, data=stdin or None, environ_update=extra, binary_data=False
-        )
+        try:
+            rc, out, err = module.run_command(
+                argv,
+                data=stdin or None,
+                environ_update=extra,
+                binary_data=False,
+                handle_exceptions=False,
+            )
+        except OSError as exc:  # the program is missing or not executable by this user
+            return 127, "", f"{argv[0]}: {exc}"
         return rc, out, err
 
     node = NodeSpec(p["device"], p["python"], p["stack"], env, p["expected_gpus"])
@@ -238,6 +268,8 @@ def main() -> None:
             server_args=p["server_args"],
             server_env=env,
             startup_timeout=p["startup_timeout"],
+            activating_timeout=p["activating_timeout"],
+            poll_interval=p["poll_interval"],
         )
         result = serve_check(spec, run, module.check_mode)
     out = redact(result.as_dict(), [p["api_key"], *secret_values(env)])

@@ -2,10 +2,12 @@
 
 The node's running vLLM service answers it through its API when the service is active (what
 clients get, with the service's own flags; and on a GPU node a second server could not get the
-memory the service holds). When no service runs yet (first contact, before role vllm_service),
-a short-lived server is started from the node's venv on 127.0.0.1 with a one-time API key passed
-in its environment (never argv), asked once, and stopped. A failed service is a failed check:
-the node is not put back into service on top of a crashed unit.
+memory the service holds). A service that is still starting (activating: the model loads) is
+waited for, up to a bound. When the node has no vLLM unit at all (first contact, before role
+vllm_service), a short-lived server is started from the node's venv on 127.0.0.1 with a one-time
+API key passed in its environment (never argv), asked once, and stopped. A failed, restarting,
+stopped or masked unit is a failed check: the node is not put back into service on top of it,
+and no second vLLM is started on GPUs it may take. unit.py holds the decision.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .probe import Runner, tail
-from .result import FAILED, OK, SKIPPED, CheckResult, redact
+from .result import ERROR, FAILED, OK, SKIPPED, CheckResult, redact
+from .unit import FAIL, USE_SERVICE, UnitUnreadable, read_unit, settle
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -45,6 +48,9 @@ class ServeSpec:
     server_args: list[str] = field(default_factory=list)
     server_env: dict[str, str] = field(default_factory=dict)
     startup_timeout: float = 900.0
+    # an activating unit (its model loading): seconds to wait at most, seconds between looks
+    activating_timeout: float = 3600.0
+    poll_interval: float = 5.0
 
 
 def request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, Any]:
@@ -94,11 +100,6 @@ def complete(base_url: str, api_key: str, model: str, spec: ServeSpec) -> tuple[
     if not tokens:
         return False, "the completion has no tokens", detail
     return True, f"{tokens} tokens from {model} in {latency}s", detail
-
-
-def service_state(run: Runner, service: str) -> str:
-    rc, out = run(["systemctl", "is-active", f"{service}.service"], "", {})[:2]
-    return out.strip() or ("active" if rc == 0 else "unknown")
 
 
 def free_port() -> int:
@@ -179,19 +180,32 @@ def _wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> bool:
 
 def serve_check(spec: ServeSpec, run: Runner, check_mode: bool = False) -> CheckResult:
     start = time.monotonic()
-    state = service_state(run, spec.service) if spec.mode != "temporary" else "not asked"
-    if spec.mode == "service" or (spec.mode == "auto" and state in ("active", "failed")):
-        if state != "active":
-            reason = f"{spec.service}.service is {state} (journalctl -u {spec.service} says why)"
-            return CheckResult("serve", FAILED, reason, {"mode": "service", "service": state})
-        ok, reason, detail = complete(spec.base_url, spec.api_key, spec.model, spec)
-        detail = {"mode": "service", "service": state, "base_url": spec.base_url, **detail}
-    elif check_mode:
-        return CheckResult(
-            "serve", SKIPPED, "check mode: would start a temporary server", {"mode": "temporary"}
+    try:
+        decision, unit, waited = settle(
+            spec.mode,
+            spec.service,
+            lambda: read_unit(run, spec.service),
+            spec.activating_timeout,
+            spec.poll_interval,
         )
+    except UnitUnreadable as exc:
+        return CheckResult("serve", ERROR, str(exc), {"mode": "service"}, time.monotonic() - start)
+    seen = {
+        "service": unit.active or "not asked",
+        "unit": unit.as_dict(),
+        "waited_seconds": round(waited, 1),
+    }
+    if decision.action == FAIL:
+        detail = {"mode": "service", **seen}
+        return CheckResult("serve", FAILED, decision.reason, detail, time.monotonic() - start)
+    if decision.action == USE_SERVICE:
+        ok, reason, detail = complete(spec.base_url, spec.api_key, spec.model, spec)
+        detail = {"mode": "service", **seen, "base_url": spec.base_url, **detail}
+    elif check_mode:
+        reason = f"check mode: would start a temporary server ({decision.reason})"
+        return CheckResult("serve", SKIPPED, reason, {"mode": "temporary", **seen})
     else:
         ok, reason, detail = temporary_server(spec)
-        detail = {"mode": "temporary", "service": state, **detail}
+        detail = {"mode": "temporary", "why": decision.reason, **seen, **detail}
     result = CheckResult("serve", OK if ok else FAILED, reason, detail, time.monotonic() - start)
     return CheckResult(**redact(result.__dict__, [spec.api_key]))

@@ -201,12 +201,22 @@ def test_model_shape_defaults_and_head_dim(tmp_path: Path):
 # ---------------------------------------------------------------------------------- serve
 
 
-def service(state: str):
+SUBSTATE = {"active": "running", "failed": "failed", "inactive": "dead"}
+
+
+def service(state: str, load: str = "loaded", result: str = "success"):
+    """A runner that answers `systemctl show` for a unit in `state`."""
+
     def run(argv: list[str], stdin: str, env: dict[str, str]) -> tuple[int, str, str]:
-        assert argv[:2] == ["systemctl", "is-active"]
-        return (0 if state == "active" else 3), state + "\n", ""
+        assert argv[:2] == ["systemctl", "show"]
+        out = f"LoadState={load}\nActiveState={state}\nSubState={SUBSTATE[state]}\n"
+        return 0, out + f"Result={result}\n", ""
 
     return run
+
+
+def never(argv: list[str], stdin: str, env: dict[str, str]) -> tuple[int, str, str]:
+    raise AssertionError(f"ran {argv}")
 
 
 @pytest.fixture
@@ -253,9 +263,10 @@ def test_serve_with_a_wrong_key_or_model_fails(server: acc.ServeSpec):
 
 
 def test_a_failed_service_fails_the_check():
-    result = acc.serve_check(acc.ServeSpec(), service("failed"))
+    result = acc.serve_check(acc.ServeSpec(), service("failed", result="exit-code"))
     assert result.status == "failed"
-    assert result.reason == "vllm.service is failed (journalctl -u vllm says why)"
+    assert result.reason == "vllm.service failed (result exit-code; journalctl -u vllm says why)"
+    assert result.detail["unit"]["result"] == "exit-code"
 
 
 def test_no_service_starts_a_temporary_server_with_the_key_in_its_environment(tmp_path: Path):
@@ -268,13 +279,29 @@ def test_no_service_starts_a_temporary_server_with_the_key_in_its_environment(tm
         server_env={"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_RECORD": str(record)},
         server_args=["--dtype", "float32"],
     )
-    result = acc.serve_check(spec, service("inactive"))
+    no_unit = service("inactive", load="not-found")
+    result = acc.serve_check(spec, no_unit)
     assert result.status == "ok", result.detail
     assert result.detail["mode"] == "temporary" and result.detail["service"] == "inactive"
+    assert result.detail["why"] == "no unit vllm.service on the node"
     seen = json.loads(record.read_text())
     assert seen["key_from_env"] and "--dtype" in seen["argv"]
     assert not any("VLLM_API_KEY" in a for a in seen["argv"])
-    assert acc.serve_check(spec, service("inactive"), check_mode=True).status == "skipped"
+    assert acc.serve_check(spec, no_unit, check_mode=True).status == "skipped"
+
+
+def test_a_stopped_unit_is_not_replaced_by_a_temporary_server(tmp_path: Path):
+    record = tmp_path / "record.json"
+    spec = acc.ServeSpec(
+        python=sys.executable,
+        model_path=str(tmp_path),
+        startup_timeout=30,
+        server_env={"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_RECORD": str(record)},
+    )
+    result = acc.serve_check(spec, service("inactive"))
+    assert result.status == "failed" and result.detail["mode"] == "service"
+    assert result.reason.startswith("vllm.service is inactive (dead), not serving: start it")
+    assert not record.exists()
 
 
 def test_a_temporary_server_that_dies_fails_with_its_log(tmp_path: Path):
@@ -285,7 +312,7 @@ def test_a_temporary_server_that_dies_fails_with_its_log(tmp_path: Path):
         startup_timeout=30,
         server_env={"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_CRASH": "1"},
     )
-    result = acc.serve_check(spec, service("unused"))
+    result = acc.serve_check(spec, never)  # mode temporary: the unit is not asked
     assert result.status == "failed"
     assert result.reason == "the temporary server was not ready (it exited 3)"
     assert "crashing as asked" in result.detail["log_tail"]
