@@ -164,10 +164,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 result:
-  description: name, status (ok, failed, skipped, error), reason, detail, seconds.
+  description:
+    - name, status (ok, failed, skipped, error), reason, detail, seconds.
+    - detail.user is the user the check ran as (the playbook becomes the service's user).
   type: dict
   returned: always
 """
+
+import os  # noqa: E402
+import pwd  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.acceptance import (  # noqa: E402
@@ -273,6 +278,7 @@ def main() -> None:
         )
         result = serve_check(spec, run, module.check_mode)
     out = redact(result.as_dict(), [p["api_key"], *secret_values(env)])
+    out["detail"]["user"] = pwd.getpwuid(os.geteuid()).pw_name
     module.exit_json(
         changed=False, result=out, msg=f"{out['name']}: {out['status']}: {out['reason']}"
     )

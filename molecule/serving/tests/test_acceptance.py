@@ -1,7 +1,8 @@
 """serving scenario: playbooks/acceptance.yml against the node (cpu stack, its running vLLM
 service). Runs the playbook once through ansible-runner (~40 s) and reads the JSON report it
 writes on the controller: GPU checks skipped with the reason, vLLM's own platform cpu, one
-completion through the service's API, and the API key nowhere in the report or the run's log.
+completion through the service's API, every check run as the service's user (become, over the
+podman connection as root), and the API key nowhere in the report or the run's log.
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ def test_one_completion_through_the_running_service(accepted):
     assert check["detail"]["model"] == node_vars()["vllm_service_served_model_name"]
     assert check["detail"]["completion_tokens"] >= 1
     assert report["status"] == "ok" and report["failures"] == []
+
+
+def test_every_check_ran_as_the_service_user(accepted):
+    """vllm_service_user is not set in molecule.yml: role vllm_service's default, vllm."""
+    checks = json.loads(accepted[1].read_text())["checks"]
+    ran_as = {name: check["detail"].get("user") for name, check in checks.items()}
+    assert ran_as == dict.fromkeys(("gpu_matmul", "vllm_platform", "gpu_health", "serve"), "vllm")
 
 
 def test_the_api_key_is_in_neither_the_report_nor_the_log(accepted):

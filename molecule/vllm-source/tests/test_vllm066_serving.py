@@ -228,6 +228,9 @@ def test_acceptance_passes_with_the_gpu_checks_skipped(ansible_run, podman_hostv
     assert platform["detail"]["vllm"].startswith("0.6.6.post1")
     serve = report["checks"]["serve"]
     assert serve["status"] == "ok" and serve["detail"]["completion_tokens"] >= 1, serve
+    assert serve["detail"]["mode"] == "service" and serve["detail"]["service"] == "active", serve
+    # every check ran as the service's user (the playbook becomes vllm_service_user)
+    assert {c["detail"].get("user") for c in report["checks"].values()} == {"vllm"}, report
     assert KEY not in json.dumps(run.events) and KEY not in json.dumps(report)
 
 

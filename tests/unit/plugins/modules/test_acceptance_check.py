@@ -6,6 +6,8 @@ when it is asked for, test_acceptance.py starts one for real."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import sys
 import threading
 from collections.abc import Iterator
@@ -139,6 +141,7 @@ def test_an_activating_service_is_waited_for_then_used(systemctl, endpoint, temp
     assert FakeVllm.requests == ["GET /v1/models", "POST /v1/completions"]
     assert temporary == []  # no second vLLM on the GPUs the service was filling
     assert KEY not in json.dumps(result)
+    assert result["detail"]["user"] == pwd.getpwuid(os.geteuid()).pw_name  # who ran the check
 
 
 def test_a_service_activating_past_the_bound_fails_naming_the_variable(
