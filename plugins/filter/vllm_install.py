@@ -11,6 +11,9 @@ Usage::
     _vllm_stack | instinct.vllm.vllm_rocm_plan(method)
         -> {'rocm': true, 'reason': '...', 'amdsmi': true, 'triton': 'pytorch-triton-rocm==3.1.0',
             'toolchain': true, 'platform': 'rocm'}
+    _vllm_stack | instinct.vllm.vllm_attention(method, ck_flash_attention)
+        -> {'implementation': 'ck', 'environment': {'VLLM_USE_TRITON_FLASH_ATTN': '0'},
+            'reason': '...'}
     ansible_play_hosts | instinct.vllm.vllm_source_builder(hostvars, key, preferred)
     patch_dirs | instinct.vllm.vllm_source_patches
         -> [{'name': '0001-x.patch', 'path': '/.../0001-x.patch', 'sha256': '...',
@@ -111,6 +114,37 @@ def vllm_rocm_plan(stack: Mapping[str, Any], method: str = "wheel") -> dict[str,
     }
 
 
+#: vLLM 0.6.6.post1's switch between its ROCm attention kernels (vllm/envs.py: true unless set
+#: to something other than "true" or "1"; vllm/attention/backends/rocm_flash_attn.py: Triton
+#: flash-attention when true, else CK flash-attention when flash_attn imports).
+TRITON_FLASH_ATTN = "VLLM_USE_TRITON_FLASH_ATTN"
+
+
+def vllm_attention(
+    stack: Mapping[str, Any], method: str = "", ck_flash_attention: Any = False
+) -> dict[str, Any]:
+    """The attention implementation role vllm's install gives vLLM, and the environment the
+    service needs to run it: ``ck`` when CK flash-attention is installed (the source method,
+    a ROCm target, ``ck_flash_attention`` on), else ``default`` (vLLM's own choice). ``method``
+    empty: the stack's install method."""
+    vllm = _vllm_block(stack)
+    method = method or str(vllm.get("install_method", "wheel"))
+    plan = vllm_rocm_plan(stack, method)
+    if not _truthy(ck_flash_attention):
+        reason = "vLLM's default attention (vllm_source_ck_flash_attention is off)"
+    elif not plan["rocm"]:
+        reason = f"CK flash-attention is a ROCm kernel and {plan['reason']}"
+    elif method != "source":
+        reason = f"only the source method installs CK flash-attention, not method {method}"
+    else:
+        return {
+            "implementation": "ck",
+            "environment": {TRITON_FLASH_ATTN: "0"},
+            "reason": f"CK flash-attention, which vLLM runs when {TRITON_FLASH_ATTN} is 0",
+        }
+    return {"implementation": "default", "environment": {}, "reason": reason}
+
+
 def vllm_source_builder(
     play_hosts: Any, hostvars: Mapping[str, Any], key: str, preferred: str = ""
 ) -> str:
@@ -171,6 +205,7 @@ class FilterModule:
             "vllm_pip_args": vllm_pip_args,
             "vllm_wheel_install": vllm_wheel_install,
             "vllm_rocm_plan": vllm_rocm_plan,
+            "vllm_attention": vllm_attention,
             "vllm_source_builder": vllm_source_builder,
             "vllm_source_patches": vllm_source_patches,
         }

@@ -1,14 +1,16 @@
 """Acceptance checks of a vLLM node (playbooks/acceptance.yml): public facade over _acceptance/.
 
-Per GPU a matmul on device "cuda" checked against the CPU; vLLM's own platform and attention
-backend; amd-smi health (temperature, ECC, XGMI) against thresholds; one completion from the
-node's model; the node's JSON report. On a stack without GPU the GPU checks are skipped with
-the reason. The serve check's decision (use the service, wait for it, a temporary server, or
-fail) is a pure function of the unit's systemd state: `decide`.
+Per GPU a matmul on device "cuda" checked against the CPU; vLLM's own platform, attention
+backend and the attention implementation that runs; amd-smi health (temperature, ECC, XGMI)
+against thresholds; one completion from the node's model; the node's JSON report. On a stack
+without GPU the GPU checks are skipped with the reason. The serve check's decision (use the
+service, wait for it, a temporary server, or fail) is a pure function of the unit's systemd
+state: `decide`.
 """
 
 from __future__ import annotations
 
+from ._acceptance.attention import judge_attention
 from ._acceptance.checks import (
     NodeSpec,
     gpu_health,
@@ -59,6 +61,7 @@ __all__ = [
     "evaluate",
     "gpu_health",
     "gpu_matmul",
+    "judge_attention",
     "judge_matmul",
     "model_shape",
     "overall",

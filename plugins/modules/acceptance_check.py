@@ -15,7 +15,11 @@ description:
     checked against a float64 CPU reference of the same inputs, in the node's venv.
   - C(vllm_platform) - vLLM's own C(current_platform) and the attention backend its selector
     picks for the model's head size and dtype, in the node's venv; fails when the platform is
-    not the stack's device.
+    not the stack's device. On ROCm also the attention implementation that runs
+    (C(attention_impl) - C(triton), C(ck) or C(naive) for vLLM 0.6's C(ROCM_FLASH) backend, read
+    from vLLM's own C(VLLM_USE_TRITON_FLASH_ATTN) and whether C(flash_attn) imports; elsewhere
+    the backend's name), with the attention variables of the installed I(service) unit when
+    there is one; fails when I(expected_attention=ck) and another implementation would run.
   - C(gpu_health) - temperatures, ECC counts and XGMI links read through the amdsmi Python
     binding in the venv, against the thresholds.
   - C(serve) - one completion from the node's model, through the service's API when its unit
@@ -71,6 +75,19 @@ options:
         max_ecc_uncorrectable, xgmi_required (every GPU pair XGMI-linked).
     type: dict
     default: {}
+  attention_environment:
+    description:
+      - C(vllm_platform) - the environment that selects the installed attention (role vllm's
+        fact C(vllm_attention)), under I(environment), as role vllm_service gives it the server.
+    type: dict
+    default: {}
+  expected_attention:
+    description:
+      - C(ck) when role vllm installed CK flash-attention (its fact C(vllm_attention)); C(default)
+        accepts vLLM's own choice.
+    type: str
+    default: default
+    choices: [default, ck]
   model_path:
     description: The model directory (head size and dtype for the selector; temporary server).
     type: str
@@ -94,7 +111,9 @@ options:
     default: auto
     choices: [auto, service, temporary]
   service:
-    description: The systemd service name (without .service).
+    description:
+      - The systemd service name (without .service). C(vllm_platform) reads the attention
+        variables of its unit, C(serve) its state.
     type: str
     default: vllm
   activating_timeout:
@@ -208,6 +227,12 @@ def main() -> None:
             "matmul_size": {"type": "int", "default": 1024},
             "matmul_tolerance": {"type": "float", "default": 0.001},
             "thresholds": {"type": "dict", "default": {}},
+            "attention_environment": {"type": "dict", "default": {}},
+            "expected_attention": {
+                "type": "str",
+                "default": "default",
+                "choices": ["default", "ck"],
+            },
             "model_path": {"type": "str", "default": ""},
             "dtype": {"type": "str", "default": "auto"},
             "kv_cache_dtype": {"type": "str", "default": "auto"},
@@ -255,7 +280,16 @@ def main() -> None:
     if p["check"] == "gpu_matmul":
         result = gpu_matmul(node, run, p["matmul_size"], p["matmul_tolerance"])
     elif p["check"] == "vllm_platform":
-        result = vllm_platform(node, run, p["model_path"], p["dtype"], p["kv_cache_dtype"])
+        result = vllm_platform(
+            node,
+            run,
+            p["model_path"],
+            p["dtype"],
+            p["kv_cache_dtype"],
+            expected_attention=p["expected_attention"],
+            attention_env={str(k): str(v) for k, v in p["attention_environment"].items()},
+            service=p["service"],
+        )
     elif p["check"] == "gpu_health":
         result = gpu_health(node, run, Thresholds(**p["thresholds"]))
     else:

@@ -368,20 +368,40 @@ def sliding_window(config: Mapping[str, Any] | None) -> int | None:
     return window
 
 
+#: vLLM 0.6.6.post1's switch between its ROCm attention kernels (vllm/envs.py).
+TRITON_FLASH_ATTN = "VLLM_USE_TRITON_FLASH_ATTN"
+
+
+def forces_triton(environment: Mapping[str, Any] | None) -> bool:
+    """Whether the service's environment turns Triton flash-attention on, as vLLM 0.6.6.post1
+    reads the variable (vllm/envs.py: true when it is "true" or "1", any case)."""
+    env = environment or {}
+    return TRITON_FLASH_ATTN in env and str(env[TRITON_FLASH_ATTN]).lower() in ("true", "1")
+
+
 def _check_sliding_window(
     f: _Findings,
     stack: Mapping[str, Any],
     window: int | None,
     ck_flash_attention: bool,
+    environment: Mapping[str, Any] | None,
     max_model_len: int | None,
 ) -> None:
     support = (stack["vllm"].get("attention") or {}).get("sliding_window", "supported")
-    if support != "requires_ck_flash_attention" or not window or ck_flash_attention:
+    runs_ck = ck_flash_attention and not forces_triton(environment)
+    if support != "requires_ck_flash_attention" or not window or runs_ck:
         f.add("sliding_window", True)
         return
     if max_model_len is not None and max_model_len <= window:
         f.add("sliding_window", True)  # no sequence ever reaches the window
         return
+    why = (
+        f"vllm_service_environment sets {TRITON_FLASH_ATTN}="
+        f"{(environment or {})[TRITON_FLASH_ATTN]}, which runs Triton flash-attention although "
+        "CK flash-attention is installed"
+        if ck_flash_attention
+        else "vllm_source_ck_flash_attention is false"
+    )
     f.add(
         "sliding_window",
         False,
@@ -389,8 +409,11 @@ def _check_sliding_window(
         f"preflight_model_sliding_window) and stack '{stack['name']}' serves it with an "
         f"attention backend that ignores sliding windows (vllm.attention.sliding_window: "
         f"requires_ck_flash_attention; vLLM 0.6's default Triton flash-attention on ROCm): "
-        f"answers past {window} tokens would be silently wrong. Fix: set "
-        f"vllm_source_ck_flash_attention: true (builds CK flash-attention), or cap the "
+        f"answers past {window} tokens would be silently wrong. Only CK flash-attention applies "
+        f"the window, and vLLM runs it only when it is installed and the service's environment "
+        f"does not set {TRITON_FLASH_ATTN} to 1 or true; here {why}. Fix: set "
+        f"vllm_source_ck_flash_attention: true (builds CK flash-attention) and leave "
+        f"{TRITON_FLASH_ATTN} out of vllm_service_environment, or cap the "
         f"context at the window (vllm_service_flags max-model-len <= {window}).",
     )
 
@@ -410,7 +433,8 @@ def evaluate(
     tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
     secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore),
     kernel_abi_policy (warn|fail), sliding_window (int; 0 or None: read from model_config, the
-    model's config.json as a mapping), ck_flash_attention (bool), max_model_len (int or None).
+    model's config.json as a mapping), ck_flash_attention (bool), service_environment (the
+    service's extra environment, vllm_service_environment), max_model_len (int or None).
     """
     f = _Findings()
     heads = settings.get("num_attention_heads") or None
@@ -427,6 +451,7 @@ def evaluate(
         stack,
         int(settings.get("sliding_window") or 0) or sliding_window(settings.get("model_config")),
         bool(settings.get("ck_flash_attention", False)),
+        settings.get("service_environment"),
         int(settings.get("max_model_len") or 0) or None,
     )
     _check_kernel_abi(f, stack, host, str(settings.get("kernel_abi_policy", "warn")))

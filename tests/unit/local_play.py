@@ -13,10 +13,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_local_playbook(
-    play: Path, variables: dict[str, Any], inventory: str = "localhost,"
+    play: Path,
+    variables: dict[str, Any],
+    inventory: str = "localhost,",
+    flags: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """ansible-playbook -i ``inventory`` ``play`` -e ``variables`` (JSON); the result, not
-    checked."""
+    """ansible-playbook -i ``inventory`` ``play`` -e ``variables`` (JSON) ``flags``; the result,
+    not checked."""
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -25,6 +28,6 @@ def run_local_playbook(
     )
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, str(play),
-         "-e", json.dumps(variables)],
+         "-e", json.dumps(variables), *(flags or [])],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
     )  # fmt: skip

@@ -79,6 +79,14 @@ CASES: dict[str, dict] = {
         **SLIDING,
         "vllm_source_ck_flash_attention": True,
     },
+    # CK flash-attention installed, but the service's environment turns Triton back on
+    "sliding_window_ck_triton_forced": {
+        **TEST_STACK,
+        **STUBS,
+        **SLIDING,
+        "vllm_source_ck_flash_attention": True,
+        "vllm_service_environment": {"VLLM_USE_TRITON_FLASH_ATTN": "1"},
+    },
     # the sandbox kernel is outside rocm-6.2.1's kernel_abi (or has no Ubuntu ABI number)
     "kernel_abi_fail": {
         **TEST_STACK,
@@ -251,6 +259,15 @@ def test_good_gpu_stack_reads_the_stub_tools(run):
                 "sliding window of 4096 tokens (config.json sliding_window",
                 "stack 'preflight-test' serves it with an attention backend that ignores",
                 "set vllm_source_ck_flash_attention: true",
+                "here vllm_source_ck_flash_attention is false",
+            ],
+        ),
+        (
+            "sliding_window_ck_triton_forced",
+            [
+                "sliding window of 4096 tokens (config.json sliding_window",
+                "here vllm_service_environment sets VLLM_USE_TRITON_FLASH_ATTN=1",
+                "leave VLLM_USE_TRITON_FLASH_ATTN out of vllm_service_environment",
             ],
         ),
         (

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import probes
+from .attention import judge_attention, probe_environment, unit_environment
 from .health import Thresholds, evaluate
 from .probe import ProbeError, Runner, run_probe
 from .result import ERROR, FAILED, OK, SKIPPED, CheckResult
@@ -119,18 +120,35 @@ def vllm_platform(
     dtype: str = "auto",
     kv_cache_dtype: str = "auto",
     block_size: int = 16,
+    expected_attention: str = "default",
+    attention_env: dict[str, str] | None = None,
+    service: str = "",
 ) -> CheckResult:
+    """vLLM's platform, its attention backend and the attention implementation that runs, with
+    the service's environment: ``attention_env`` (role vllm's fact vllm_attention) under
+    ``node.env``, as role vllm_service merges them, its attention variables replaced by the
+    installed unit's when ``service`` has a unit. ``expected_attention``: ``ck`` when CK
+    flash-attention is installed, else ``default``."""
     start = time.monotonic()
     args = {
         **model_shape(model_path, dtype),
         "kv_cache_dtype": kv_cache_dtype,
         "block_size": block_size,
     }
-    out = _probe("vllm_platform", node, run, probes.PLATFORM, args)
+    unit = unit_environment(run, service) if service else None
+    service_env = {**(attention_env or {}), **node.env}
+    probed = replace(node, env=probe_environment(service_env, unit))
+    out = _probe("vllm_platform", probed, run, probes.PLATFORM, args)
     if isinstance(out, CheckResult):
         return out
     expected = EXPECTED_PLATFORM.get(node.device, node.device)
-    detail = {**out, "expected_platform": expected, "selector_args": args}
+    detail = {
+        **out,
+        "expected_platform": expected,
+        "selector_args": args,
+        "expected_attention": expected_attention,
+        "attention_env_from": f"{service}.service" if unit is not None else "the inventory",
+    }
     seconds = time.monotonic() - start
     backend = out.get("attention_backend") or f"unknown ({out.get('attention_backend_error')})"
     if out.get("platform") != expected:
@@ -141,7 +159,13 @@ def vllm_platform(
         if expected == "rocm":
             reason += ": vLLM 0.6.x finds ROCm only through the amdsmi binding in its venv"
         return CheckResult("vllm_platform", FAILED, reason, detail, seconds)
+    impl, problem = judge_attention(out, expected_attention)
+    detail["attention_impl"] = impl
+    if problem:
+        return CheckResult("vllm_platform", FAILED, problem, detail, seconds)
     reason = f"vLLM {out.get('vllm')}: platform {expected}, attention backend {backend}"
+    if impl != backend:
+        reason += f", attention_impl {impl}"
     return CheckResult("vllm_platform", OK, reason, detail, seconds)
 
 

@@ -77,6 +77,20 @@ try:
     out["attention_backend"] = backend.get_name() if hasattr(backend, "get_name") else str(backend)
 except Exception as exc:
     out["attention_backend_error"] = f"{type(exc).__name__}: {exc}"
+if out["platform"] == "rocm":
+    # which kernel vLLM 0.6's ROCm backend runs (_acceptance/attention.py): its own reading of
+    # VLLM_USE_TRITON_FLASH_ATTN, and the import it tries for CK flash-attention
+    try:
+        import vllm.envs as envs
+        out["use_triton_flash_attn"] = bool(envs.VLLM_USE_TRITON_FLASH_ATTN)
+    except Exception as exc:  # AttributeError: this vLLM has no such switch
+        out["use_triton_flash_attn"] = None
+        out["use_triton_flash_attn_error"] = f"{type(exc).__name__}: {exc}"
+    try:
+        from flash_attn import flash_attn_varlen_func  # noqa: F401
+        out["flash_attn_error"] = ""
+    except Exception as exc:
+        out["flash_attn_error"] = f"{type(exc).__name__}: {exc}"
 emit(out)
 sys.stdout.flush()
 os._exit(0)  # skip the interpreter teardown of torch's threads (seconds on a busy node)

@@ -1,9 +1,11 @@
 """Role vllm_service: the rendered unit (real ansible-playbook on localhost, no host changes).
 
-Checks the inputs against the role's meta/argument_specs.yml (what Ansible does before the
+Publishes role vllm's fact vllm_attention with that role's own task (tasks/attention.yml),
+checks the inputs against the role's meta/argument_specs.yml (what Ansible does before the
 main entry point; tasks_from skips it, so the play does it here), runs the role's assert.yml
-(the rules a spec cannot say + argv building) and renders templates/vllm.service.j2 into a temp
-dir, then reads the unit back as systemd would split ExecStart.
+(the rules a spec cannot say + argv and environment building) and renders
+templates/vllm.service.j2 into a temp dir, then reads the unit back as systemd would split
+ExecStart.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ PLAYBOOK = """
   gather_facts: false
   connection: local
   tasks:
+    - ansible.builtin.include_role:
+        name: instinct.vllm.vllm
+        tasks_from: attention.yml
     - ansible.builtin.validate_argument_spec:
         argument_spec: "{{ spec.argument_specs.main.options }}"
       vars:
@@ -106,6 +111,53 @@ def test_flags_extra_and_environment(tmp_path: Path) -> None:
     assert "VLLM_CPU_KVCACHE_SPACE=1" in env
     assert '"ODD=a b%%c"' in env
     assert "HF_HUB_OFFLINE=1" in env
+
+
+# --- attention: role vllm's fact vllm_attention in the server's environment --------------------
+
+TRITON = "VLLM_USE_TRITON_FLASH_ATTN"
+CK = {"instinct_vllm_stack": "rocm-6.2.1", "vllm_source_ck_flash_attention": True}
+
+
+def triton_lines(unit: str) -> list[str]:
+    return [e for e in directive(unit, "Environment") if e.startswith(TRITON + "=")]
+
+
+def test_ck_flash_attention_turns_triton_off_in_the_unit(tmp_path: Path) -> None:
+    run, unit = render(tmp_path, **CK)
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert triton_lines(unit) == [f"{TRITON}=0"]
+    assert "HF_HUB_OFFLINE=1" in directive(unit, "Environment")  # the base stays
+
+
+def test_without_ck_flash_attention_the_unit_leaves_the_variable_to_vllm(tmp_path: Path) -> None:
+    run, unit = render(tmp_path, instinct_vllm_stack="rocm-6.2.1")  # off, the default
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert triton_lines(unit) == []
+
+
+def test_an_entry_that_agrees_with_ck_is_kept(tmp_path: Path) -> None:
+    # vLLM reads a YAML false ("False" in the unit) as false, as it reads 0
+    run, unit = render(tmp_path, **CK, vllm_service_environment={TRITON: False})
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert triton_lines(unit) == [f"{TRITON}=False"]
+
+
+@pytest.mark.parametrize("value", ["1", "TRUE"])
+def test_an_entry_that_forces_triton_over_ck_is_refused(tmp_path: Path, value: object) -> None:
+    run, unit = render(tmp_path, **CK, vllm_service_environment={TRITON: value})
+    assert run.returncode != 0
+    assert f"vllm_service_environment sets {TRITON}={value}" in run.stdout
+    assert "vllm_source_ck_flash_attention" in run.stdout
+    assert unit == ""
+
+
+def test_without_ck_the_users_triton_choice_stands(tmp_path: Path) -> None:
+    run, unit = render(
+        tmp_path, instinct_vllm_stack="rocm-6.2.1", vllm_service_environment={TRITON: "1"}
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert triton_lines(unit) == [f"{TRITON}=1"]
 
 
 @pytest.mark.parametrize(

@@ -145,6 +145,43 @@ _HOSTVARS = {
 }
 
 
+CK_ENV = {"VLLM_USE_TRITON_FLASH_ATTN": "0"}
+
+
+@pytest.mark.parametrize("method", ["source", ""])  # "": the stack's method (source)
+@pytest.mark.parametrize("switch", [True, "true"])
+def test_attention_ck_on_a_rocm_source_build_turns_triton_off(method: str, switch: object) -> None:
+    got = vi.vllm_attention(sm.get_stack("rocm-6.2.1"), method, switch)
+    assert got["implementation"] == "ck"
+    assert got["environment"] == CK_ENV
+
+
+@pytest.mark.parametrize(
+    ("stack", "method", "ck", "reason"),
+    [
+        ("rocm-6.2.1", "source", False, "vllm_source_ck_flash_attention is off"),
+        ("rocm-6.2.1", "wheel", True, "only the source method installs CK flash-attention"),
+        ("rocm-7.2.1", "", True, "only the source method installs CK flash-attention"),
+        ("sandbox-rocm-6.2.1", "source", True, "a ROCm kernel and stack sandbox-rocm-6.2.1 has no"),
+        ("cpu", "", True, "a ROCm kernel and stack cpu has no ROCm"),
+    ],
+)
+def test_attention_default_elsewhere_with_the_reason(
+    stack: str, method: str, ck: bool, reason: str
+) -> None:
+    got = vi.vllm_attention(sm.get_stack(stack), method, ck)
+    assert got["implementation"] == "default"
+    assert got["environment"] == {}
+    assert reason in got["reason"]
+
+
+def test_attention_on_a_rocm_stack_building_another_target() -> None:
+    extra = {"t": {"extends": "rocm-6.2.1", "vllm": {"source": {"target_device": "cpu"}}}}
+    got = vi.vllm_attention(sm.get_stack("t", extra), "source", True)
+    assert got["implementation"] == "default"
+    assert "builds vLLM for target 'cpu', not rocm" in got["reason"]
+
+
 @pytest.mark.parametrize(
     ("key", "preferred", "want"),
     [

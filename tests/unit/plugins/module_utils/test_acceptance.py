@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.instinct.vllm.plugins.filter.acceptance import acceptance_report
 from ansible_collections.instinct.vllm.plugins.module_utils import acceptance as acc
-from ansible_collections.instinct.vllm.plugins.module_utils._acceptance import probes
+from ansible_collections.instinct.vllm.plugins.module_utils._acceptance import attention, probes
 from ansible_collections.instinct.vllm.plugins.module_utils._acceptance.serve import (
     _wait_ready,
     free_port,
@@ -23,6 +23,7 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "galaxy.yml").is
 FIXTURES = ROOT / "tests" / "unit" / "fixtures"
 STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd_smi"
 FAKE_VLLM = FIXTURES / "acceptance" / "fake_vllm"
+FAKE_FLASH_ATTN = FIXTURES / "acceptance" / "fake_flash_attn"
 KEY = "unit-test-key-4b1d9e"
 
 
@@ -169,18 +170,24 @@ def test_xgmi_links():
 # ------------------------------------------------------------------------- vllm_platform
 
 
-def fake_vllm(platform: str) -> dict[str, str]:
-    return {"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_PLATFORM": platform}
+def fake_vllm(platform: str, flash_attn: bool = False) -> dict[str, str]:
+    path = [str(FAKE_VLLM), *([str(FAKE_FLASH_ATTN)] if flash_attn else [])]
+    return {"PYTHONPATH": os.pathsep.join(path), "FAKE_VLLM_PLATFORM": platform}
 
 
 def test_platform_reports_the_attention_backend_for_the_model(tmp_path: Path):
     config = {"hidden_size": 128, "num_attention_heads": 4, "torch_dtype": "float32"}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    result = acc.vllm_platform(node("cpu", **fake_vllm("CPU")), runner, str(tmp_path))
+    record = tmp_path / "selector.json"
+    env = {**fake_vllm("CPU"), "FAKE_VLLM_RECORD": str(record)}
+    result = acc.vllm_platform(node("cpu", **env), runner, str(tmp_path))
     assert result.status == "ok", result.reason
     assert result.detail["platform"] == "cpu"
+    # on CPU the implementation is the backend vLLM selects
+    assert result.detail["attention_backend"] == result.detail["attention_impl"] == "TORCH_SDPA"
+    assert "use_triton_flash_attn" not in result.detail  # a ROCm-only reading
     # vLLM 0.6.6's selector signature got head size 32 from the model, its dtype, block 16
-    assert result.detail["attention_backend"] == "TORCH_SDPA:32:torch.float32:auto:16"
+    assert json.loads(record.read_text()) == [32, "torch.float32", "auto", 16, False]
 
 
 def test_platform_not_the_stacks_device_fails_naming_amdsmi():
@@ -188,6 +195,178 @@ def test_platform_not_the_stacks_device_fails_naming_amdsmi():
     assert result.status == "failed"
     assert "resolved platform 'unspecified'" in result.reason
     assert "the stack expects 'rocm'" in result.reason and "amdsmi" in result.reason
+
+
+# ------------------------------------------------------------ vllm_platform: attention
+
+
+@pytest.fixture
+def systemctl_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    """unit_environment asks systemctl only where there is one; these runners answer for it."""
+    monkeypatch.setattr(attention.shutil, "which", lambda name: f"/usr/bin/{name}")
+
+
+def no_unit(argv: list[str], stdin: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """systemctl show for a service that is not installed; any other command runs."""
+    if argv[0] == "systemctl":
+        return 0, "LoadState=not-found\nEnvironment=\n", ""
+    return runner(argv, stdin, env)
+
+
+def with_unit(environment: str):
+    """systemctl show for an installed unit whose Environment= is ``environment`` (as
+    systemd prints it: words quoted as a shell would); any other command runs."""
+
+    def run(argv: list[str], stdin: str, env: dict[str, str]) -> tuple[int, str, str]:
+        if argv[0] == "systemctl":
+            assert argv[1:3] == ["show", "vllm.service"]
+            return 0, f"LoadState=loaded\nEnvironment={environment}\n", ""
+        return runner(argv, stdin, env)
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("triton", "flash_attn", "expected", "impl", "status"),
+    [
+        (None, False, "default", "triton", "ok"),  # vLLM 0.6.6's default
+        ("1", True, "default", "triton", "ok"),
+        ("0", True, "ck", "ck", "ok"),
+        ("false", True, "ck", "ck", "ok"),
+        ("0", False, "default", "naive", "ok"),  # not asked for: reported, accepted
+        (None, True, "ck", "triton", "failed"),  # CK installed, the variable forgotten
+        ("yes", True, "ck", "ck", "ok"),  # vLLM reads only "true"/"1" as true
+        ("0", False, "ck", "naive", "failed"),  # CK expected, flash_attn missing
+    ],
+)
+@pytest.mark.usefixtures("systemctl_present")
+def test_platform_reports_the_rocm_attention_implementation(
+    triton: str | None, flash_attn: bool, expected: str, impl: str, status: str
+):
+    env = fake_vllm("ROCM", flash_attn)
+    if triton is not None:
+        env["VLLM_USE_TRITON_FLASH_ATTN"] = triton
+    result = acc.vllm_platform(
+        node("rocm", **env), no_unit, expected_attention=expected, service="vllm"
+    )
+    assert result.status == status, result.reason
+    assert result.detail["attention_backend"] == "ROCM_FLASH"
+    assert result.detail["attention_impl"] == impl
+    assert result.detail["attention_env_from"] == "the inventory"
+    if status == "ok":
+        assert result.reason.endswith(f"attention backend ROCM_FLASH, attention_impl {impl}")
+
+
+@pytest.mark.usefixtures("systemctl_present")
+def test_the_attention_environment_goes_under_the_services():
+    """Before the first unit: role vllm's attention environment, the user's over it."""
+    ck = {"VLLM_USE_TRITON_FLASH_ATTN": "0"}
+    env = fake_vllm("ROCM", flash_attn=True)
+    result = acc.vllm_platform(
+        node("rocm", **env), no_unit, expected_attention="ck", attention_env=ck, service="vllm"
+    )
+    assert result.status == "ok", result.reason
+    assert result.detail["attention_impl"] == "ck"
+    forced = node("rocm", **env, VLLM_USE_TRITON_FLASH_ATTN="1")
+    result = acc.vllm_platform(forced, no_unit, expected_attention="ck", attention_env=ck)
+    assert result.status == "failed"
+    assert result.detail["attention_impl"] == "triton"
+
+
+@pytest.mark.usefixtures("systemctl_present")
+def test_a_broken_flash_attn_is_named():
+    env = {**fake_vllm("ROCM", flash_attn=True), "VLLM_USE_TRITON_FLASH_ATTN": "0"}
+    env["FAKE_FLASH_ATTN_BROKEN"] = "1"
+    result = acc.vllm_platform(node("rocm", **env), no_unit, expected_attention="ck")
+    assert result.status == "failed"
+    assert "flash_attn does not import (ImportError: flash_attn_2_cuda.so" in result.reason
+
+
+@pytest.mark.usefixtures("systemctl_present")
+def test_the_installed_units_attention_variables_win():
+    # the inventory asks for CK, the unit on the node was rendered without the variable
+    env = {**fake_vllm("ROCM", flash_attn=True), "VLLM_USE_TRITON_FLASH_ATTN": "0"}
+    stale = with_unit('HOME=/var/lib/vllm "ODD=a b" HF_HUB_OFFLINE=1')
+    result = acc.vllm_platform(node("rocm", **env), stale, expected_attention="ck", service="vllm")
+    assert result.status == "failed"
+    assert result.detail["attention_impl"] == "triton"
+    assert result.detail["attention_env_from"] == "vllm.service"
+    assert "VLLM_USE_TRITON_FLASH_ATTN is unset (vLLM's default is true)" in result.reason
+    current = with_unit('HOME=/var/lib/vllm "ODD=a b" VLLM_USE_TRITON_FLASH_ATTN=0')
+    env.pop("VLLM_USE_TRITON_FLASH_ATTN")
+    result = acc.vllm_platform(
+        node("rocm", **env), current, expected_attention="ck", service="vllm"
+    )
+    assert result.status == "ok", result.reason
+    assert result.detail["attention_impl"] == "ck"
+
+
+@pytest.mark.usefixtures("systemctl_present")
+def test_unit_environment_as_systemd_prints_it():
+    run = with_unit('A=1 "B=two words" "C=say \\"hi\\"" VLLM_USE_TRITON_FLASH_ATTN=0')
+    assert attention.unit_environment(run, "vllm") == {
+        "A": "1",
+        "B": "two words",
+        "C": 'say "hi"',
+        "VLLM_USE_TRITON_FLASH_ATTN": "0",
+    }
+    assert attention.unit_environment(no_unit, "vllm") is None
+    assert attention.unit_environment(lambda *a: (1, "", "Failed to connect to bus"), "x") is None
+    assert attention.unit_environment(with_unit('A="unclosed'), "vllm") is None
+
+
+def test_no_systemctl_no_unit(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(attention.shutil, "which", lambda name: None)
+    assert attention.unit_environment(with_unit("VLLM_USE_TRITON_FLASH_ATTN=0"), "vllm") is None
+
+
+def test_probe_environment_takes_only_the_units_attention_variables():
+    env = {"VLLM_USE_TRITON_FLASH_ATTN": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    unit = {"HOME": "/var/lib/vllm", "VLLM_ATTENTION_BACKEND": "ROCM_FLASH"}
+    assert attention.probe_environment(env, None) == env
+    # HOME and caches stay the prober's own (it must not write into the service's cache)
+    assert attention.probe_environment(env, unit) == {
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_ATTENTION_BACKEND": "ROCM_FLASH",
+    }
+
+
+def probe_out(platform: str = "rocm", backend: str = "ROCM_FLASH", **more: object) -> dict:
+    return {"platform": platform, "attention_backend": backend, "env": {}, **more}
+
+
+@pytest.mark.parametrize(
+    ("out", "expected", "impl", "problem"),
+    [
+        # vLLM 0.6's ROCm backend: vLLM's own reading of the variable, then flash_attn
+        (probe_out(use_triton_flash_attn=True, flash_attn_error=""), "default", "triton", ""),
+        (probe_out(use_triton_flash_attn=False, flash_attn_error=""), "default", "ck", ""),
+        (probe_out(use_triton_flash_attn=False, flash_attn_error="E"), "default", "naive", ""),
+        (probe_out(use_triton_flash_attn=False, flash_attn_error=""), "ck", "ck", ""),
+        (probe_out(use_triton_flash_attn=True, flash_attn_error=""), "ck", "triton", "Triton"),
+        (probe_out(use_triton_flash_attn=False, flash_attn_error="E"), "ck", "naive", "(E)"),
+        (probe_out(use_triton_flash_attn=False), "ck", "naive", "(not checked)"),
+        # no such switch in this vLLM, another ROCm backend, or not ROCm: the backend's name
+        (probe_out(use_triton_flash_attn=None, flash_attn_error=""), "default", "ROCM_FLASH", ""),
+        (probe_out("rocm", "TRITON_ATTN", use_triton_flash_attn=True), "ck", "TRITON_ATTN", "TRI"),
+        (probe_out("cpu", "TORCH_SDPA"), "default", "TORCH_SDPA", ""),
+        (probe_out("cpu", "TORCH_SDPA"), "ck", "TORCH_SDPA", "vLLM selects TORCH_SDPA"),
+        (probe_out(backend=None), "default", "unknown", ""),
+    ],
+)
+def test_judge_attention_every_branch(out: dict, expected: str, impl: str, problem: str):
+    got_impl, got_problem = acc.judge_attention(out, expected)
+    assert got_impl == impl
+    assert (problem in got_problem) if problem else got_problem == ""
+
+
+def test_judge_attention_names_the_variable_value():
+    out = probe_out(use_triton_flash_attn=True, flash_attn_error="", env={})
+    assert "VLLM_USE_TRITON_FLASH_ATTN is unset" in acc.judge_attention(out, "ck")[1]
+    out["env"] = {"VLLM_USE_TRITON_FLASH_ATTN": "TRUE"}
+    problem = acc.judge_attention(out, "ck")[1]
+    assert "VLLM_USE_TRITON_FLASH_ATTN is 'TRUE', it must be 0" in problem
+    assert "vllm_source_ck_flash_attention" in problem
 
 
 def test_model_shape_defaults_and_head_dim(tmp_path: Path):

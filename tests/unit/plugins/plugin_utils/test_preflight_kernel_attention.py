@@ -210,6 +210,57 @@ def test_sliding_window_accepted(settings: dict[str, Any]) -> None:
     assert check(run("rocm-6.2.1", **settings), "sliding_window")["ok"]
 
 
+# CK flash-attention runs only when installed and not overridden by the service's environment
+# (vLLM 0.6.6.post1 reads VLLM_USE_TRITON_FLASH_ATTN as true when it is "true" or "1", any case).
+@pytest.mark.parametrize(
+    ("ck", "environment", "accepted"),
+    [
+        (False, {}, False),
+        (False, {"VLLM_USE_TRITON_FLASH_ATTN": "0"}, False),  # no CK to run
+        (True, {}, True),
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": "0"}, True),
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": False}, True),
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": "yes"}, True),  # vLLM reads "yes" as false
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": "1"}, False),
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": "TRUE"}, False),
+        (True, {"VLLM_USE_TRITON_FLASH_ATTN": True}, False),
+        (True, None, True),
+    ],
+)
+def test_sliding_window_needs_ck_installed_and_not_forced_off(
+    ck: bool, environment: dict[str, Any] | None, accepted: bool
+) -> None:
+    result = run(
+        "rocm-6.2.1",
+        model_config=MISTRAL_V01,
+        ck_flash_attention=ck,
+        service_environment=environment,
+    )
+    assert check(result, "sliding_window")["ok"] is accepted
+    if not accepted:
+        [msg] = [e for e in result["errors"] if "sliding window" in e]
+        # both variables named, and which one is wrong here
+        assert "vllm_source_ck_flash_attention: true" in msg
+        assert "VLLM_USE_TRITON_FLASH_ATTN out of vllm_service_environment" in msg
+        value = (environment or {}).get("VLLM_USE_TRITON_FLASH_ATTN")
+        wrong = (
+            f"vllm_service_environment sets VLLM_USE_TRITON_FLASH_ATTN={value}"
+            if ck
+            else "vllm_source_ck_flash_attention is false"
+        )
+        assert wrong in msg
+
+
+def test_forced_triton_with_ck_on_a_stack_that_honours_windows_is_not_this_rule() -> None:
+    forced = {"VLLM_USE_TRITON_FLASH_ATTN": "1"}
+    settings = {"ck_flash_attention": True, "service_environment": forced}
+    assert check(run("rocm-7.2.1", sliding_window=4096, **settings), "sliding_window")["ok"]
+    # a window the context never reaches
+    assert check(
+        run("rocm-6.2.1", sliding_window=4096, max_model_len=4096, **settings), "sliding_window"
+    )["ok"]
+
+
 def test_declared_window_and_stacks_that_honour_it() -> None:
     assert not check(run("rocm-6.2.1", sliding_window=4096), "sliding_window")["ok"]
     assert not check(run("rocm-6.2.1", sliding_window=4096, max_model_len=8192), "sliding_window")[
