@@ -278,7 +278,10 @@ def test_job_tags_ran_the_unit_part_only() -> None:
     full = {e.get("event_data", {}).get("task") for e in events("awx-deploy")}
     assert run_yml_tasks() & full and not run_yml_tasks() & tasks
     # The same unit as the full deploy wrote: nothing changed, so no restart.
-    changed = [d["task"] for d in ran if role_of(d) == "vllm_service" and d["res"].get("changed")]
+    changed = [
+        d["task"] for d in ran
+        if role_of(d) == "vllm_service" and d.get("res", {}).get("changed")
+    ]
     assert not changed, changed
 
 
