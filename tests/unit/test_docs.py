@@ -1,0 +1,81 @@
+"""The docs and the files the nodes run agree with what they describe.
+
+- The executables a role installs on an Ubuntu 24.04 node name an interpreter that Ubuntu 24.04
+  ships: /usr/bin/python3 (package python3-minimal, Python 3.12). Stock Ubuntu 24.04 has no
+  `python` command (that is the optional package python-is-python3), so `#!/usr/bin/env python`
+  fails when someone runs the file by its name.
+- The docs cite the repository and public sources only: no path of the machine they were written
+  on (`/work/...`, `../shared/...`, a home directory).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What Ubuntu 24.04 (noble) installs by default: python3-minimal's /usr/bin/python3.
+# https://packages.ubuntu.com/noble/amd64/python3-minimal/filelist
+UBUNTU_2404_PYTHON = "/usr/bin/python3"
+
+# Files a role copies to a node with mode 0755, and the variable holding the interpreter the
+# systemd unit runs them with.
+NODE_EXECUTABLES = {
+    "roles/vllm_service/files/instinct-vllm-watchdog": (
+        "roles/vllm_service/defaults/main.yml", "vllm_service_watchdog_python"),
+    "roles/gateway/files/instinct-haproxy-save-state": (
+        "roles/gateway/vars/main.yml", "_gateway_save_state_command"),
+}
+
+
+def doc_files() -> list[Path]:
+    return sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
+                   *(ROOT / "roles").glob("*/README.md")])
+
+
+@pytest.mark.parametrize("path", sorted(NODE_EXECUTABLES))
+def test_interpreter_line_is_what_ubuntu_2404_ships(path: str) -> None:
+    first = (ROOT / path).read_text().splitlines()[0]
+    assert first == f"#!{UBUNTU_2404_PYTHON}", (
+        f"{path}: interpreter line {first!r}; Ubuntu 24.04 ships {UBUNTU_2404_PYTHON} "
+        "and no `python` command")
+
+
+@pytest.mark.parametrize("path", sorted(NODE_EXECUTABLES))
+def test_unit_runs_it_with_the_same_interpreter(path: str) -> None:
+    vars_file, name = NODE_EXECUTABLES[path]
+    value = yaml.safe_load((ROOT / vars_file).read_text())[name]
+    assert str(value).split()[0] == UBUNTU_2404_PYTHON
+
+
+def test_watchdog_doc_names_the_interpreter_line() -> None:
+    first = (ROOT / "roles/vllm_service/files/instinct-vllm-watchdog").read_text().splitlines()[0]
+    assert f"`{first}`" in (ROOT / "docs" / "watchdog.md").read_text()
+
+
+# A path outside the repository: ../shared, /work/, a home directory, a scratch directory named
+# as if it held the sources. Public URLs (https://...) are not matched: the pattern needs the
+# path to start a word, not to follow a host name.
+OUTSIDE = re.compile(
+    r"(?<![\w/.:-])(?:\.\./shared\b|/work/|/home/|~/(?!\.ansible))")
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_cite_no_path_outside_the_repository(path: Path) -> None:
+    hits = [f"{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
+            if OUTSIDE.search(line)]
+    assert not hits, f"{path.relative_to(ROOT)} cites files outside the repository:\n" + \
+        "\n".join(hits)
+
+
+def test_outside_pattern() -> None:
+    for bad in ("see ../shared/fill-wheelhouse.yml", "(/work/main/notes.md)", "/home/u/x",
+                "`~/notes/x`"):
+        assert OUTSIDE.search(bad), bad
+    for good in ("https://github.com/vllm-project/vllm/blob/v0.6.6.post1/Dockerfile.rocm",
+                 "molecule/shared/cpu-wheelhouse.yml", "docs/work/x", "~/.ansible/collections"):
+        assert not OUTSIDE.search(good), good
