@@ -1,0 +1,89 @@
+"""scripts/doc-index: docs/index.md and the README's playbook map are what the plugins', roles'
+and playbooks' own docs say; --check fails on a stale file."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from script_loader import load_script
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "scripts" / "doc-index"
+di = load_script("doc_index", SCRIPT, reuse=True)
+
+
+def test_index_is_current():
+    assert (ROOT / "docs" / "index.md").read_text() == di.render_index(ROOT), \
+        "docs/index.md is stale: run scripts/doc-index"
+
+
+def test_readme_map_is_current():
+    assert (ROOT / "README.md").read_text() == di.readme_with_map(ROOT), \
+        "README.md's playbook map is stale: run scripts/doc-index"
+
+
+def test_check_passes_on_the_checkout():
+    run = subprocess.run([sys.executable, SCRIPT, "--check"], capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+
+
+def test_index_lists_every_module_filter_and_role():
+    index = (ROOT / "docs" / "index.md").read_text()
+    for path in (ROOT / "plugins" / "modules").glob("*.py"):
+        if path.stem != "__init__":
+            assert f"`instinct.vllm.{path.stem}`" in index
+    for path in (ROOT / "plugins" / "filter").glob("*.yml"):
+        assert f"`instinct.vllm.{path.stem}`" in index
+    for path in (ROOT / "roles").iterdir():
+        assert f"`instinct.vllm.{path.name}`" in index
+
+
+def test_map_names_the_groups_the_plays_run_on():
+    table = di.render_map(ROOT)
+    assert "| `playbooks/gateway.yml` | Configure the API gateway | `gateways` " \
+           "(`instinct_vllm_gateway_group`) | gateway |" in table
+    site = next(line for line in table.splitlines()
+                if line.startswith("| `playbooks/site.yml` | Prepare"))
+    assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
+    assert site.endswith("| stack, preflight, rocm, vllm, model, vllm (contract), vllm_service |")
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    for part in ("plugins/modules", "plugins/filter", "roles", "playbooks"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    for part in ("README.md", "site.yml", "docs/index.md"):
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, tmp_path / part)
+    return tmp_path
+
+
+def check(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, SCRIPT, "--check", "--root", root],
+                          capture_output=True, text=True, check=False)
+
+
+def test_stale_index_fails_then_rewrites(copy: Path):
+    assert check(copy).returncode == 0
+    spec = copy / "roles" / "model" / "meta" / "argument_specs.yml"
+    spec.write_text(spec.read_text().replace(
+        "short_description: Put a model checkpoint", "short_description: Place a model checkpoint"))
+    run = check(copy)
+    assert run.returncode == 1
+    assert "docs/index.md is stale" in run.stderr
+    subprocess.run([sys.executable, SCRIPT, "--root", copy], check=True, capture_output=True)
+    assert "Place a model checkpoint" in (copy / "docs" / "index.md").read_text()
+    assert check(copy).returncode == 0
+
+
+def test_stale_map_fails(copy: Path):
+    book = copy / "playbooks" / "gateway.yml"
+    book.write_text(book.read_text().replace("default('gateways')", "default('gateway')"))
+    run = check(copy)
+    assert run.returncode == 1
+    assert "README.md is stale" in run.stderr
