@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from .probe import Runner, tail
-from .result import ERROR, FAILED, OK, CheckResult
+from .result import ERROR, FAILED, OK, SKIPPED, CheckResult
 
 ERRORS: dict[str, str] = {
     "gpu_reset": "GPU reset begin|GPU hang|cp might be in an unrecoverable state"
@@ -72,9 +72,12 @@ def judge_kernel_log(text: str, since: str) -> CheckResult:
     return CheckResult("kernel_log", OK, reason, detail)
 
 
-def kernel_log(run: Runner, since: str) -> CheckResult:
+def kernel_log(run: Runner, since: str, skip_reason: str = "") -> CheckResult:
     """The kernel's messages since ``since`` (seconds since the epoch, the node's clock at the
-    start of the run) from the journal, judged."""
+    start of the run) from the journal, judged; skipped with ``skip_reason`` on a stack without
+    GPU."""
+    if skip_reason:
+        return CheckResult("kernel_log", SKIPPED, skip_reason)
     argv = ["journalctl", "-k", "--no-pager", "-q", "-o", "short-iso", "--since", f"@{since}"]
     rc, out, err = run(argv, "", {})
     if rc != 0:
