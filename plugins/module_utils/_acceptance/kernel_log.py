@@ -2,8 +2,8 @@
 
 ERRORS is ``err_patterns_dict`` of ROCm/cvs ``cvs/lib/verify_lib.py`` (branch release/cvs-0.2.0),
 matched case-insensitively line by line as CVS does. CVS excludes amdgpu's runlist
-oversubscription messages from the failures ("info-level messages (not errors)") and reports
-them as a warning (ROCm/cvs PR #179): WARNINGS.
+oversubscription messages from the failures ("info-level messages (not errors)"); ROCm/cvs PR
+#179 proposes reporting them as a warning, as this check does: WARNINGS.
 """
 
 from __future__ import annotations
