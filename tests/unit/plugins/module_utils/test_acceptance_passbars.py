@@ -206,6 +206,8 @@ def test_a_gpu_reset_fails_with_its_categories():
     assert result.status == "failed"
     categories = {e["category"] for e in result.detail["errors"]}
     assert categories == {"gpu_reset", "driver"}
+    resets = [e["line"] for e in result.detail["errors"] if e["category"] == "gpu_reset"]
+    assert any(line.endswith("amdgpu: GPU reset begin!") for line in resets), resets
     assert "qcm fence wait loop timeout expired" in result.reason
 
 
