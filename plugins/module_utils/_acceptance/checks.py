@@ -225,17 +225,18 @@ def judge_collectives(out: dict[str, Any], spec: CollectiveSpec) -> CheckResult:
     if out.get("error"):
         return CheckResult("collectives", FAILED, out["error"], out)
     verdicts = []
-    for bar in (spec.allreduce, spec.alltoall):
-        rows = [r for r in out.get("rows", []) if r["op"] == bar.op]
-        verdicts.append(judge(rows, bar))
+    for limit in (spec.allreduce, spec.alltoall):
+        rows = [r for r in out.get("rows", []) if r["op"] == limit.op]
+        verdicts.append(judge(rows, limit))
         if spec.tier == BURNIN:
-            verdicts.append(judge_burnin(out.get("burnin", []), bar))
+            verdicts.append(judge_burnin(out.get("burnin", []), limit))
     detail = {**out, "tier": spec.tier, "bars": [spec.allreduce.__dict__, spec.alltoall.__dict__]}
     failed = [reason for passed, reason in verdicts if not passed]
     prefix = f"{out.get('ranks')} ranks over {out.get('backend')}: "
     if failed:
         return CheckResult("collectives", FAILED, prefix + "; ".join(failed), detail)
-    return CheckResult("collectives", OK, prefix + "; ".join(r for _, r in verdicts), detail)
+    reasons = "; ".join(verdict[1] for verdict in verdicts)
+    return CheckResult("collectives", OK, prefix + reasons, detail)
 
 
 def collectives(node: NodeSpec, run: Runner, spec: CollectiveSpec) -> CheckResult:

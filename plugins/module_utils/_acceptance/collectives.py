@@ -75,40 +75,40 @@ class Bar:
     min_busbw: float
 
 
-def judge(rows: list[dict[str, Any]], bar: Bar) -> tuple[bool, str]:
-    """(passed, reason) for one collective's rows against its bar: no wrong element at any size,
-    and the busbw at the bar's size (the slowest of out-of-place and in-place) at least the
-    bar. A bar of 0 only reports."""
+def judge(rows: list[dict[str, Any]], limit: Bar) -> tuple[bool, str]:
+    """(passed, reason) for one collective's rows against its limit: no wrong element at any size,
+    and the busbw at the limit's size (the slowest of out-of-place and in-place) at least the
+    limit. A limit of 0 only reports."""
     wrong = [r["size"] for r in rows if r.get("wrong") or r.get("ip_wrong")]
     if wrong:
-        return False, f"{bar.op}: wrong results at {', '.join(map(str, wrong))} bytes"
-    at = [r for r in rows if r["size"] == bar.size]
+        return False, f"{limit.op}: wrong results at {', '.join(map(str, wrong))} bytes"
+    at = [r for r in rows if r["size"] == limit.size]
     if not at:
         sizes = ", ".join(str(r["size"]) for r in rows) or "none"
-        return False, f"{bar.op}: no measurement at {bar.size} bytes (measured: {sizes})"
+        return False, f"{limit.op}: no measurement at {limit.size} bytes (measured: {sizes})"
     row = at[0]
     busbw = min(row["busbw"], row.get("ip_busbw", row["busbw"]))
-    text = f"{bar.op} busbw {busbw:.2f} GB/s at {bar.size} bytes"
-    if busbw < bar.min_busbw:
-        return False, f"{text}, below {bar.min_busbw:g} GB/s"
-    if bar.min_busbw <= 0:
-        return True, f"{text} (no bar)"
-    return True, f"{text} (bar {bar.min_busbw:g})"
+    text = f"{limit.op} busbw {busbw:.2f} GB/s at {limit.size} bytes"
+    if busbw < limit.min_busbw:
+        return False, f"{text}, below {limit.min_busbw:g} GB/s"
+    if limit.min_busbw <= 0:
+        return True, f"{text} (no limit)"
+    return True, f"{text} (limit {limit.min_busbw:g})"
 
 
-def judge_burnin(samples: list[dict[str, Any]], bar: Bar) -> tuple[bool, str]:
-    """(passed, reason) for the burn-in's repeated runs of one collective at the bar's size:
-    every run correct, the slowest at least the bar."""
-    runs = [s for s in samples if s["op"] == bar.op]
+def judge_burnin(samples: list[dict[str, Any]], limit: Bar) -> tuple[bool, str]:
+    """(passed, reason) for the burn-in's repeated runs of one collective at the limit's size:
+    every run correct, the slowest at least the limit."""
+    runs = [s for s in samples if s["op"] == limit.op]
     if not runs:
-        return False, f"{bar.op}: no burn-in run"
+        return False, f"{limit.op}: no burn-in run"
     wrong = sum(1 for s in runs if s["wrong"])
     if wrong:
-        return False, f"{bar.op}: {wrong} of {len(runs)} burn-in runs had wrong results"
+        return False, f"{limit.op}: {wrong} of {len(runs)} burn-in runs had wrong results"
     slowest = min(s["busbw"] for s in runs)
-    text = f"{bar.op} burn-in: {len(runs)} runs, slowest busbw {slowest:.2f} GB/s"
-    if slowest < bar.min_busbw:
-        return False, f"{text}, below {bar.min_busbw:g} GB/s"
+    text = f"{limit.op} burn-in: {len(runs)} runs, slowest busbw {slowest:.2f} GB/s"
+    if slowest < limit.min_busbw:
+        return False, f"{text}, below {limit.min_busbw:g} GB/s"
     return True, text
 
 
