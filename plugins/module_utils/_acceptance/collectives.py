@@ -76,9 +76,9 @@ class Bar:
 
 
 def judge(rows: list[dict[str, Any]], limit: Bar) -> tuple[bool, str]:
-    """(passed, reason) for one collective's rows against its limit: no wrong element at any size,
-    and the busbw at the limit's size (the slowest of out-of-place and in-place) at least the
-    limit. A limit of 0 only reports."""
+    """(passed, reason) for one collective's rows against its bar: no wrong element at any size,
+    and the busbw at the bar's size (the slowest of out-of-place and in-place) at least the
+    bar. A bar of 0 only reports."""
     wrong = [r["size"] for r in rows if r.get("wrong") or r.get("ip_wrong")]
     if wrong:
         return False, f"{limit.op}: wrong results at {', '.join(map(str, wrong))} bytes"
@@ -92,13 +92,13 @@ def judge(rows: list[dict[str, Any]], limit: Bar) -> tuple[bool, str]:
     if busbw < limit.min_busbw:
         return False, f"{text}, below {limit.min_busbw:g} GB/s"
     if limit.min_busbw <= 0:
-        return True, f"{text} (no limit)"
-    return True, f"{text} (limit {limit.min_busbw:g})"
+        return True, f"{text} (no bar)"
+    return True, f"{text} (bar {limit.min_busbw:g})"
 
 
 def judge_burnin(samples: list[dict[str, Any]], limit: Bar) -> tuple[bool, str]:
-    """(passed, reason) for the burn-in's repeated runs of one collective at the limit's size:
-    every run correct, the slowest at least the limit."""
+    """(passed, reason) for the burn-in's repeated runs of one collective at the bar's size:
+    every run correct, the slowest at least the bar."""
     runs = [s for s in samples if s["op"] == limit.op]
     if not runs:
         return False, f"{limit.op}: no burn-in run"
