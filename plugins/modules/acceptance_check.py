@@ -26,17 +26,28 @@ description:
     is active (an activating unit is waited for, up to I(activating_timeout)), or from a
     short-lived server on 127.0.0.1 when the node has no such unit. A failed, restarting,
     stopped or masked unit fails the check; no second server is started on its GPUs.
+  - C(collectives) - all-reduce and all-to-all across the node's GPUs, one process per GPU
+    through torch.distributed (RCCL), timed per size; bus bandwidth as rccl-tests defines it, at
+    least I(allreduce_min_busbw) at I(allreduce_bytes) and I(alltoall_min_busbw) at
+    I(alltoall_bytes), every element of every result checked. I(tier=burnin) then repeats both
+    at the larger size for I(burnin_seconds) and judges every run.
+  - C(firmware) - the MEC firmware version of every GPU (C(rocm-smi --showfw)); below
+    I(mec_minimum) the service's I(environment) must set C(HSA_NO_SCRATCH_RECLAIM=1).
+  - C(kernel_log) - the kernel's messages since I(since) (C(journalctl -k)) against ROCm/cvs'
+    failure patterns (GPU reset, page faults, driver and RAS errors); needs a user that may read
+    the kernel log (the playbook runs it as root).
   - The unit's state is read with C(systemctl show), which needs no root, so the module can
     run as the service's user (the playbook becomes it - its groups open C(/dev/kfd)).
-  - On a stack without GPU (I(device=cpu)) C(gpu_matmul) and C(gpu_health) are skipped with
-    the reason. The module never fails for a failed check; it returns the result (status
-    ok, failed, skipped or error) and the playbook gates on all of them.
+  - On a stack without GPU (I(device=cpu)) C(gpu_matmul), C(gpu_health), C(collectives),
+    C(firmware) and C(kernel_log) are skipped with the reason. The module never fails for a
+    failed check; it returns the result (status ok, failed, skipped or error) and the playbook
+    gates on all of them.
 options:
   check:
     description: The check to run.
     type: str
     required: true
-    choices: [gpu_matmul, vllm_platform, gpu_health, serve]
+    choices: [gpu_matmul, vllm_platform, gpu_health, serve, collectives, firmware, kernel_log]
   device:
     description: The stack's device (C(rocm) when the stack has a C(rocm) section).
     type: str
@@ -75,6 +86,55 @@ options:
         max_ecc_uncorrectable, xgmi_required (every GPU pair XGMI-linked).
     type: dict
     default: {}
+  allreduce_bytes:
+    description: C(collectives) - the message size of the all-reduce bar, in bytes.
+    type: int
+    default: 8589934592
+  allreduce_min_busbw:
+    description: C(collectives) - least all-reduce bus bandwidth in GB/s at I(allreduce_bytes).
+    type: float
+    default: 304
+  alltoall_bytes:
+    description: C(collectives) - the message size of the all-to-all bar, in bytes.
+    type: int
+    default: 8589934592
+  alltoall_min_busbw:
+    description:
+      - C(collectives) - least all-to-all bus bandwidth in GB/s at I(alltoall_bytes) (the
+        bandwidth each GPU receives from the others).
+    type: float
+    default: 320
+  tier:
+    description:
+      - C(collectives) - C(quick) measures once per size; C(burnin) then repeats both collectives
+        for I(burnin_seconds).
+    type: str
+    default: quick
+    choices: [quick, burnin]
+  burnin_seconds:
+    description: C(collectives) - duration of the burn-in tier.
+    type: float
+    default: 3600
+  collective_iters:
+    description: C(collectives) - timed iterations per size (rccl-tests' default is 20).
+    type: int
+    default: 20
+  collective_timeout:
+    description: C(collectives) - seconds the measurement may take, on top of the burn-in.
+    type: float
+    default: 900
+  mec_minimum:
+    description: C(firmware) - the MEC firmware version from which RCCL needs no workaround.
+    type: int
+    default: 177
+  rocm_smi:
+    description: C(firmware) - the rocm-smi program.
+    type: path
+    default: /opt/rocm/bin/rocm-smi
+  since:
+    description: C(kernel_log) - start of the window, in seconds since the epoch (node's clock).
+    type: str
+    default: "0"
   attention_environment:
     description:
       - C(vllm_platform) - the environment that selects the installed attention (role vllm's
@@ -196,11 +256,17 @@ import pwd  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.acceptance import (  # noqa: E402
     CHECKS,
+    TIERS,
+    Bar,
+    CollectiveSpec,
     NodeSpec,
     ServeSpec,
     Thresholds,
+    collectives,
+    firmware,
     gpu_health,
     gpu_matmul,
+    kernel_log,
     redact,
     serve_check,
     vllm_platform,
@@ -215,6 +281,18 @@ def secret_values(env: dict[str, str]) -> list[str]:
     return [v for k, v in env.items() if any(s in k.upper() for s in SECRET_NAMES)]
 
 
+def collective_spec(p: dict) -> CollectiveSpec:
+    """The collective check's bars and tier from the module's parameters."""
+    return CollectiveSpec(
+        allreduce=Bar("all_reduce", p["allreduce_bytes"], p["allreduce_min_busbw"]),
+        alltoall=Bar("all_to_all", p["alltoall_bytes"], p["alltoall_min_busbw"]),
+        tier=p["tier"],
+        burnin_seconds=p["burnin_seconds"],
+        iters=p["collective_iters"],
+        timeout=p["collective_timeout"],
+    )
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -227,6 +305,17 @@ def main() -> None:
             "matmul_size": {"type": "int", "default": 1024},
             "matmul_tolerance": {"type": "float", "default": 0.001},
             "thresholds": {"type": "dict", "default": {}},
+            "allreduce_bytes": {"type": "int", "default": 8589934592},
+            "allreduce_min_busbw": {"type": "float", "default": 304.0},
+            "alltoall_bytes": {"type": "int", "default": 8589934592},
+            "alltoall_min_busbw": {"type": "float", "default": 320.0},
+            "tier": {"type": "str", "default": "quick", "choices": list(TIERS)},
+            "burnin_seconds": {"type": "float", "default": 3600.0},
+            "collective_iters": {"type": "int", "default": 20},
+            "collective_timeout": {"type": "float", "default": 900.0},
+            "mec_minimum": {"type": "int", "default": 177},
+            "rocm_smi": {"type": "path", "default": "/opt/rocm/bin/rocm-smi"},
+            "since": {"type": "str", "default": "0"},
             "attention_environment": {"type": "dict", "default": {}},
             "expected_attention": {
                 "type": "str",
@@ -292,6 +381,12 @@ def main() -> None:
         )
     elif p["check"] == "gpu_health":
         result = gpu_health(node, run, Thresholds(**p["thresholds"]))
+    elif p["check"] == "collectives":
+        result = collectives(node, run, collective_spec(p))
+    elif p["check"] == "firmware":
+        result = firmware(run, env, node.gpu_skip_reason, p["rocm_smi"], p["mec_minimum"])
+    elif p["check"] == "kernel_log":
+        result = kernel_log(run, p["since"], node.gpu_skip_reason)
     else:
         spec = ServeSpec(
             mode=p["serve_mode"],

@@ -2,7 +2,7 @@
 localhost whose become method is a recorder (it logs the user it was asked to become, then runs
 the command as is), so the test sees what Ansible rendered for each check, not the YAML text.
 cpu stack: the GPU checks skip, the platform probe runs against the stand-in vLLM package,
-serve (mode temporary, check mode) skips; all four still run the module through become."""
+serve (mode temporary, check mode) skips; every check still runs the module through become."""
 
 from __future__ import annotations
 
@@ -105,9 +105,14 @@ def test_every_check_runs_as_the_service_user(tmp_path: Path):
         tmp_path, vllm_service_user=user, vllm_service_supplementary_groups=[group]
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # gpu_matmul, vllm_platform, gpu_health, serve: each once, as vllm_service_user
-    assert became == [user] * 4, proc.stdout
-    assert "gpu_matmul=skipped, vllm_platform=ok, gpu_health=skipped, serve=skipped" in proc.stdout
+    # gpu_matmul, vllm_platform, gpu_health, collectives, firmware, serve: each once, as
+    # vllm_service_user; then kernel_log as root (reading the kernel log needs it)
+    assert became == [user] * 6 + ["root"], proc.stdout
+    # the gate's message, as the YAML callback wraps it
+    assert (
+        "gpu_matmul=skipped, vllm_platform=ok, gpu_health=skipped, serve=skipped, "
+        "collectives=skipped, firmware=skipped, kernel_log=skipped"
+    ) in " ".join(proc.stdout.split())
 
 
 def test_without_the_variable_the_user_is_the_roles_default(tmp_path: Path):

@@ -56,7 +56,7 @@ def test_the_playbook_passes_the_node(accepted):
 def test_gpu_checks_are_skipped_with_the_reason_on_cpu(accepted):
     report = json.loads(accepted[1].read_text())
     assert report["stack"] == "cpu" and report["device"] == "cpu"
-    for name in ("gpu_matmul", "gpu_health"):
+    for name in ("gpu_matmul", "gpu_health", "collectives", "firmware", "kernel_log"):
         assert report["checks"][name]["status"] == "skipped"
         assert report["checks"][name]["reason"] == SKIP_REASON
 
@@ -81,10 +81,12 @@ def test_one_completion_through_the_running_service(accepted):
 
 
 def test_every_check_ran_as_the_service_user(accepted):
-    """vllm_service_user is not set in molecule.yml: role vllm_service's default, vllm."""
+    """vllm_service_user is not set in molecule.yml: role vllm_service's default, vllm. The
+    kernel log is read as root."""
     checks = json.loads(accepted[1].read_text())["checks"]
     ran_as = {name: check["detail"].get("user") for name, check in checks.items()}
-    assert ran_as == dict.fromkeys(("gpu_matmul", "vllm_platform", "gpu_health", "serve"), "vllm")
+    names = ("gpu_matmul", "vllm_platform", "gpu_health", "serve", "collectives", "firmware")
+    assert ran_as == {**dict.fromkeys(names, "vllm"), "kernel_log": "root"}
 
 
 def test_the_api_key_is_in_neither_the_report_nor_the_log(accepted):

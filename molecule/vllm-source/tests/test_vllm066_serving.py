@@ -219,7 +219,8 @@ def test_acceptance_passes_with_the_gpu_checks_skipped(ansible_run, podman_hostv
     report = json.loads((reports / f"{NODE}.json").read_text())
     assert report["status"] == "ok" and report["failures"] == [], report
     assert report["stack"] == "sandbox-rocm-6.2.1" and report["device"] == "cpu"
-    for name in ("gpu_matmul", "gpu_health"):  # silicon only: skipped, with the reason
+    # silicon only: skipped, with the reason
+    for name in ("gpu_matmul", "gpu_health", "collectives", "firmware", "kernel_log"):
         assert report["checks"][name]["status"] == "skipped"
         assert "has no GPU" in report["checks"][name]["reason"]
     platform = report["checks"]["vllm_platform"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import probes
 from .attention import judge_attention, probe_environment, unit_environment
+from .collectives import ALL_REDUCE, ALL_TO_ALL, HARNESS, Bar, judge, judge_burnin
 from .health import Thresholds, evaluate
 from .probe import ProbeError, Runner, run_probe
 from .result import ERROR, FAILED, OK, SKIPPED, CheckResult
@@ -181,3 +182,72 @@ def gpu_health(node: NodeSpec, run: Runner, limits: Thresholds) -> CheckResult:
     healthy, reason, detail = evaluate(out, limits)
     status = OK if healthy else FAILED
     return CheckResult("gpu_health", status, reason, detail, time.monotonic() - start)
+
+
+QUICK = "quick"
+BURNIN = "burnin"
+TIERS = (QUICK, BURNIN)
+
+
+@dataclass
+class CollectiveSpec:
+    """The collective check's bars and tier (playbook variables acceptance_allreduce_*,
+    acceptance_alltoall_*, acceptance_tier, acceptance_burnin_seconds)."""
+
+    allreduce: Bar = field(default_factory=lambda: Bar(ALL_REDUCE, 8 << 30, 304.0))
+    alltoall: Bar = field(default_factory=lambda: Bar(ALL_TO_ALL, 8 << 30, 320.0))
+    tier: str = QUICK
+    burnin_seconds: float = 3600.0
+    warmup: int = 5
+    iters: int = 20
+    timeout: float = 900.0
+    backend: str = ""  # nccl (RCCL) on a GPU node; gloo runs the same harness on CPUs
+    ranks: int = 0  # 0: every GPU torch sees
+
+    def probe_args(self, device: str) -> dict[str, Any]:
+        burnin = self.burnin_seconds if self.tier == BURNIN else 0
+        sizes = sorted({self.allreduce.size, self.alltoall.size})
+        return {
+            "backend": self.backend or ("nccl" if device == "rocm" else "gloo"),
+            "ranks": self.ranks,
+            "ops": [ALL_REDUCE, ALL_TO_ALL],
+            "sizes": sizes,
+            "warmup": self.warmup,
+            "iters": self.iters,
+            "burnin_seconds": burnin,
+            "burnin_size": max(sizes),
+            "timeout": self.timeout + burnin,
+        }
+
+
+def judge_collectives(out: dict[str, Any], spec: CollectiveSpec) -> CheckResult:
+    """The harness's result against both bars (and, in the burn-in tier, every repeated run)."""
+    if out.get("error"):
+        return CheckResult("collectives", FAILED, out["error"], out)
+    verdicts = []
+    for limit in (spec.allreduce, spec.alltoall):
+        rows = [r for r in out.get("rows", []) if r["op"] == limit.op]
+        verdicts.append(judge(rows, limit))
+        if spec.tier == BURNIN:
+            verdicts.append(judge_burnin(out.get("burnin", []), limit))
+    detail = {**out, "tier": spec.tier, "bars": [spec.allreduce.__dict__, spec.alltoall.__dict__]}
+    failed = [reason for passed, reason in verdicts if not passed]
+    prefix = f"{out.get('ranks')} ranks over {out.get('backend')}: "
+    if failed:
+        return CheckResult("collectives", FAILED, prefix + "; ".join(failed), detail)
+    reasons = "; ".join(verdict[1] for verdict in verdicts)
+    return CheckResult("collectives", OK, prefix + reasons, detail)
+
+
+def collectives(node: NodeSpec, run: Runner, spec: CollectiveSpec) -> CheckResult:
+    """All-reduce and all-to-all bus bandwidth across the node's GPUs (RCCL through
+    torch.distributed), in the quick or the burn-in tier."""
+    if node.gpu_skip_reason and not spec.backend:
+        return CheckResult("collectives", SKIPPED, node.gpu_skip_reason)
+    start = time.monotonic()
+    out = _probe("collectives", node, run, HARNESS, spec.probe_args(node.device))
+    if isinstance(out, CheckResult):
+        return out
+    result = judge_collectives(out, spec)
+    result.seconds = time.monotonic() - start
+    return result
