@@ -10,6 +10,14 @@ attached a module goes through one `podman exec`; files (copy, template) go thro
 
 from __future__ import annotations
 
+import shlex
+
+from ansible.module_utils.common.text.converters import to_native
+from ansible.plugins.connection import ConnectionBase
+from ansible_collections.containers.podman.plugins.connection.podman import (
+    Connection as PodmanConnection,
+)
+
 DOCUMENTATION = """
     name: sandbox_podman
     short_description: A sandbox podman container, with module pipelining
@@ -49,14 +57,6 @@ DOCUMENTATION = """
           - name: ANSIBLE_PODMAN_EXECUTABLE
 """
 
-import shlex
-
-from ansible.module_utils.common.text.converters import to_native
-from ansible.plugins.connection import ConnectionBase
-from ansible_collections.containers.podman.plugins.connection.podman import (
-    Connection as PodmanConnection,
-)
-
 
 class Connection(PodmanConnection):
     """containers.podman.podman, piping modules through `podman exec -i`."""
@@ -77,4 +77,5 @@ class Connection(PodmanConnection):
             args.append("-i")
         if self.user:
             args.extend(("--user", self.user))
-        return self._podman(args, shlex.split(to_native(cmd, errors="surrogate_or_strict")), in_data)
+        argv = shlex.split(to_native(cmd, errors="surrogate_or_strict"))
+        return self._podman(args, argv, in_data)
