@@ -9,10 +9,10 @@ export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, every Molecule scenario but the opt-in fleet
+test: ## the whole suite: setup, yamllint, ansible-lint, sanity, ruff, pytest, every Molecule scenario (fleet included)
 	scripts/test
 
-test-fleet: ## the opt-in fleet scenario (gateway + two nodes, two rolling updates under load; long)
+test-fleet: ## only the fleet scenario (gateway + two nodes, two rolling updates under load; long)
 	SCENARIOS=fleet STAGES=molecule scripts/test
 
 demo: host-packages venv collections image ## deploy the whole stack into a local sandbox node and print the endpoint (FLEET=1: the fleet)

@@ -80,6 +80,8 @@ def run_playbook(
                 "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
                 "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
                 "ANSIBLE_ROLES_PATH": str(ROOT / "roles"),
+                "ANSIBLE_CONNECTION_PLUGINS": str(ROOT / "molecule/shared/connection_plugins"),
+                "ANSIBLE_PIPELINING": "True",
                 "ANSIBLE_NOCOLOR": "1",
             },
             quiet=not os.environ.get("INSTINCT_RUNNER_VERBOSE"),
@@ -93,7 +95,7 @@ def run_playbook(
 def podman_host(container: str, **hostvars: object) -> dict:
     """Host vars that reach a sandbox container through the podman connection."""
     return {
-        "ansible_connection": "containers.podman.podman",
+        "ansible_connection": "sandbox_podman",
         "ansible_host": container,
         "ansible_python_interpreter": "/usr/bin/python3",
         **hostvars,

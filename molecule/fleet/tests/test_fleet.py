@@ -92,7 +92,8 @@ def playbook(name: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
            "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_PIPELINING": "True"}
+           "ANSIBLE_PIPELINING": "True",
+           "ANSIBLE_CONNECTION_PLUGINS": str(REPO / "molecule/shared/connection_plugins")}
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory,
          str(REPO / "playbooks" / name), *args],

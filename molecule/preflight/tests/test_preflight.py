@@ -21,7 +21,7 @@ CONTAINER = "sandbox-preflight"
 JOURNAL_UNITS: list[str] = []
 
 COMMON = {
-    "ansible_connection": "containers.podman.podman",
+    "ansible_connection": "sandbox_podman",
     "ansible_host": CONTAINER,
     "ansible_python_interpreter": "/usr/bin/python3",
     "preflight_min_memory_gib": 1,
@@ -138,6 +138,7 @@ def run(host, tmp_path_factory):
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"),
         ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        ANSIBLE_CONNECTION_PLUGINS=str(ROOT / "molecule/shared/connection_plugins"),
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORKS="8",

