@@ -315,10 +315,27 @@ def _check_driver(
         f.add("secure_boot", True)
 
 
+def _kernel_abi_fix(stack: Mapping[str, Any], abi: Mapping[str, Any], policy: str) -> str:
+    """The way out of a kernel outside the stack's validated ABIs, for the message."""
+    target = abi.get("max")
+    install = (
+        f"set rocm_kernel_pin: true and role rocm installs the stack's kernel {target} (image, "
+        f"headers, modules-extra), holds it, pins newer ABIs away, makes it GRUB's default "
+        f"and reboots into it before amdgpu-dkms (rocm_reboot_policy)"
+        if target
+        else "install and boot a kernel in that range"
+    )
+    return (
+        f"Fix: {install}; or boot such a kernel yourself; or, once amdgpu-dkms is seen to "
+        f"build on this one, widen kernel_abi in instinct_vllm_stacks_extra; or go on at "
+        f"your own risk with preflight_kernel_abi_policy: warn (now {policy})."
+    )
+
+
 def _check_kernel_abi(
-    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], policy: str
+    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], policy: str, pin: bool
 ) -> None:
-    """The running kernel against the ABI range the stack's amdgpu-dkms was seen to build on."""
+    """The running kernel against the ABIs the stack is validated on (rocm.kernel_abi)."""
     abi = (stack.get("rocm") or {}).get("kernel_abi")
     if not abi:
         f.add("kernel_abi", True)
@@ -326,29 +343,39 @@ def _check_kernel_abi(
     kernel = str(host.get("kernel", ""))
     running = sm.kernel_abi(kernel)
     low, high = sm.kernel_abi(abi["min"]), sm.kernel_abi(abi.get("max"))
+    inside = (
+        running is not None
+        and low is not None
+        and running >= low
+        and (high is None or running <= high)
+    )
+    if inside:
+        f.add("kernel_abi", True)
+        return
     seen = f"{abi['min']} to {abi.get('max') or 'the newest'}"
-    level = "error" if policy == "fail" else "warning"
-    where = f"stack '{stack['name']}' rocm.kernel_abi"
-    if running is None:
+    where = f"stack '{stack['name']}' rocm.kernel_abi ({seen})"
+    source = f"; source: {abi['source']}" if abi.get("source") else ""
+    if pin and abi.get("max"):
         f.add(
             "kernel_abi",
             False,
-            f"running kernel {kernel!r} (ansible_facts.kernel) has no X.Y.Z-N ABI to compare "
-            f"with {where} ({seen}) (preflight_kernel_abi_policy: {policy}).",
-            level,
+            f"running kernel {kernel} (ansible_facts.kernel) is outside {where}; role rocm "
+            f"installs the stack's kernel {abi['max']} and reboots into it before amdgpu-dkms "
+            f"(rocm_kernel_pin: true).",
+            "warning",
         )
         return
-    inside = low is not None and running >= low and (high is None or running <= high)
+    what = (
+        f"has no X.Y.Z-N ABI to compare with {where}" if running is None else f"is outside {where}"
+    )
     f.add(
         "kernel_abi",
-        inside,
-        f"running kernel {kernel} (ansible_facts.kernel) is outside {where} ({seen}), the "
-        f"kernel ABIs the stack's amdgpu-dkms was seen to build on; an Ubuntu ABI update has "
-        f"broken the DKMS build before (ROCm issue 3701: 6.8.0-44 with ROCm 6.2.0). Fix: "
-        f"boot a kernel in that range (linux-image-<release>, held with apt-mark hold), or, "
-        f"once amdgpu-dkms is seen to build on this one, widen kernel_abi in "
-        f"instinct_vllm_stacks_extra (preflight_kernel_abi_policy: {policy}).",
-        level,
+        False,
+        f"running kernel {kernel!r} (ansible_facts.kernel) {what}, the kernel ABIs the "
+        f"stack's ROCm is validated on{source}. amdgpu-dkms builds against the running kernel, "
+        f"and an Ubuntu ABI update has broken that build before (ROCm issue 3701: 6.8.0-44 "
+        f"with ROCm 6.2.0). {_kernel_abi_fix(stack, abi, policy)}",
+        "error" if policy == "fail" else "warning",
     )
 
 
@@ -432,7 +459,8 @@ def evaluate(
     disk_requirements [{path, min_free_gib, purpose}], min_memory_gib, gpu_count (int or None),
     tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
     secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore),
-    kernel_abi_policy (warn|fail), sliding_window (int; 0 or None: read from model_config, the
+    kernel_abi_policy (fail|warn), kernel_pin (bool: role rocm installs and boots the stack's
+    kernel, rocm_kernel_pin), sliding_window (int; 0 or None: read from model_config, the
     model's config.json as a mapping), ck_flash_attention (bool), service_environment (the
     service's extra environment, vllm_service_environment), max_model_len (int or None).
     """
@@ -454,7 +482,13 @@ def evaluate(
         settings.get("service_environment"),
         int(settings.get("max_model_len") or 0) or None,
     )
-    _check_kernel_abi(f, stack, host, str(settings.get("kernel_abi_policy", "warn")))
+    _check_kernel_abi(
+        f,
+        stack,
+        host,
+        str(settings.get("kernel_abi_policy", "fail")),
+        bool(settings.get("kernel_pin", False)),
+    )
     _check_driver(
         f,
         stack,
