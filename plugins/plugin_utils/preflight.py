@@ -16,6 +16,8 @@ from typing import Any
 from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 
 GIB = 1024**3
+#: The key Ubuntu's DKMS signs modules with (https://wiki.ubuntu.com/UEFI/SecureBoot/DKMS).
+MOK_KEY = "/var/lib/shim-signed/mok/MOK.der"
 
 
 def mount_for(path: str, mounts: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -300,19 +302,27 @@ def _check_driver(
         f"Fix: remove those lines (then update-initramfs -u).",
     )
     dkms = any("dkms" in p for p in rocm.get("driver_packages") or [])
-    if dkms and secure_boot == "enabled" and policy != "ignore":
-        f.add(
-            "secure_boot",
-            False,
-            "Secure Boot is enabled and the stack installs amdgpu-dkms: the kernel loads the "
-            "DKMS-built module only if it is signed with an enrolled key. Fix: enrol the DKMS "
-            "signing key (mokutil --import /var/lib/shim-signed/mok/MOK.der, then confirm at "
-            "the next boot) or disable Secure Boot (preflight_secure_boot_policy: "
-            f"{policy}).",
-            "error" if policy == "fail" else "warning",
-        )
-    else:
+    mok = (gpus.get("driver") or {}).get("mok_key") or "unknown"
+    if not dkms or secure_boot != "enabled" or policy == "ignore" or mok == "enrolled":
         f.add("secure_boot", True)
+        return
+    state = {
+        "not_enrolled": f"is not enrolled ({MOK_KEY})",
+        "no_key": f"does not exist yet ({MOK_KEY})",
+    }.get(mok, f"could not be checked ({MOK_KEY}, mokutil --test-key)")
+    f.add(
+        "secure_boot",
+        False,
+        "Secure Boot is enabled, the stack installs amdgpu-dkms and the DKMS signing key "
+        f"(preflight_gpus.driver.mok_key) {state}: the kernel loads the DKMS-built module "
+        "only if it is signed with an enrolled Machine Owner Key, and enrolling one needs "
+        "someone at the console at the next boot (MokManager), which an unattended run "
+        "cannot do. Fix, before this run: make the key (update-secureboot-policy --new-key), "
+        f"import it (mokutil --import {MOK_KEY}), confirm it at the console and reboot; or "
+        "disable Secure Boot; or go on with preflight_secure_boot_policy: warn (now "
+        f"{policy}; the GPUs then stay without a driver until the key is enrolled).",
+        "error" if policy == "fail" else "warning",
+    )
 
 
 def _kernel_abi_fix(stack: Mapping[str, Any], abi: Mapping[str, Any], policy: str) -> str:
@@ -494,6 +504,6 @@ def evaluate(
         stack,
         gpus,
         str(settings.get("secure_boot", "unknown")),
-        str(settings.get("secure_boot_policy", "warn")),
+        str(settings.get("secure_boot_policy", "fail")),
     )
     return f.result()
