@@ -10,6 +10,7 @@ stack_names.yml, ...): Ansible reads one documentation per filter name. Usage::
     ansible_facts.distribution | instinct.vllm.stacks_for_os(version, flavour, extra)
     ansible_facts.kernel | instinct.vllm.kernel_flavour(distribution, version)
     stack_dict | instinct.vllm.stack_os_check(distribution, version, kernel)
+    '6.8.0-41' | instinct.vllm.kernel_newer_pattern   (role rocm's APT pin)
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def kernel_flavour(kernel_release: str, distribution: str, version: Any) -> str:
     return sm.kernel_flavour(str(kernel_release), str(distribution), str(version), sm.ga_kernels())
 
 
+def kernel_newer_pattern(abi: Any) -> str:
+    """APT pin regular expression: kernel package names of every release newer than ``abi``."""
+    return sm.newer_kernel_pattern(abi)
+
+
 class FilterModule:
     """instinct.vllm stack matrix filters."""
 
@@ -88,4 +94,5 @@ class FilterModule:
             "stacks_for_os": _wrap(stacks_for_os),
             "kernel_flavour": _wrap(kernel_flavour),
             "stack_os_check": _wrap(stack_os_check),
+            "kernel_newer_pattern": _wrap(kernel_newer_pattern),
         }

@@ -17,7 +17,8 @@ description:
   - Reads the amdgpu driver state from C(/sys/module/amdgpu) (version file, initstate),
     C(lsmod) and C(dkms status -m amdgpu), lists files in C(/etc/modprobe.d) that
     blacklist amdgpu, and reads the Secure Boot state (EFI variable, else
-    C(mokutil --sb-state)).
+    C(mokutil --sb-state)) and, with Secure Boot on, whether the DKMS signing key
+    C(/var/lib/shim-signed/mok/MOK.der) is enrolled (C(mokutil --test-key)).
   - Runs a command only when the tool is present, never changes anything, and reports tool
     failures (driver not loaded, permission denied, C(/dev/kfd) invalid argument) as facts
     and in C(problems) instead of failing.
@@ -125,7 +126,8 @@ gpu_facts:
     driver:
       description: >-
         amdgpu state C({loaded, kind (dkms, inbox, none), version, initstate, source,
-        dkms_helpers, dkms, blacklisted_in, secure_boot (enabled, disabled, unknown)}).
+        dkms_helpers, dkms, blacklisted_in, secure_boot (enabled, disabled, unknown), mok_key (with
+        Secure Boot on: enrolled, not_enrolled, no_key, unknown; else null)}).
       type: dict
     kfd:
       description: C({present, accessible}) for /dev/kfd and the current user.

@@ -16,6 +16,8 @@ from typing import Any
 from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 
 GIB = 1024**3
+#: The key Ubuntu's DKMS signs modules with (https://wiki.ubuntu.com/UEFI/SecureBoot/DKMS).
+MOK_KEY = "/var/lib/shim-signed/mok/MOK.der"
 
 
 def mount_for(path: str, mounts: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -300,25 +302,50 @@ def _check_driver(
         f"Fix: remove those lines (then update-initramfs -u).",
     )
     dkms = any("dkms" in p for p in rocm.get("driver_packages") or [])
-    if dkms and secure_boot == "enabled" and policy != "ignore":
-        f.add(
-            "secure_boot",
-            False,
-            "Secure Boot is enabled and the stack installs amdgpu-dkms: the kernel loads the "
-            "DKMS-built module only if it is signed with an enrolled key. Fix: enrol the DKMS "
-            "signing key (mokutil --import /var/lib/shim-signed/mok/MOK.der, then confirm at "
-            "the next boot) or disable Secure Boot (preflight_secure_boot_policy: "
-            f"{policy}).",
-            "error" if policy == "fail" else "warning",
-        )
-    else:
+    mok = (gpus.get("driver") or {}).get("mok_key") or "unknown"
+    if not dkms or secure_boot != "enabled" or policy == "ignore" or mok == "enrolled":
         f.add("secure_boot", True)
+        return
+    state = {
+        "not_enrolled": f"is not enrolled ({MOK_KEY})",
+        "no_key": f"does not exist yet ({MOK_KEY})",
+    }.get(mok, f"could not be checked ({MOK_KEY}, mokutil --test-key)")
+    f.add(
+        "secure_boot",
+        False,
+        "Secure Boot is enabled, the stack installs amdgpu-dkms and the DKMS signing key "
+        f"(preflight_gpus.driver.mok_key) {state}: the kernel loads the DKMS-built module "
+        "only if it is signed with an enrolled Machine Owner Key, and enrolling one needs "
+        "someone at the console at the next boot (MokManager), which an unattended run "
+        "cannot do. Fix, before this run: make the key (update-secureboot-policy --new-key), "
+        f"import it (mokutil --import {MOK_KEY}), confirm it at the console and reboot; or "
+        "disable Secure Boot; or go on with preflight_secure_boot_policy: warn (now "
+        f"{policy}; the GPUs then stay without a driver until the key is enrolled).",
+        "error" if policy == "fail" else "warning",
+    )
+
+
+def _kernel_abi_fix(stack: Mapping[str, Any], abi: Mapping[str, Any], policy: str) -> str:
+    """The way out of a kernel outside the stack's validated ABIs, for the message."""
+    target = abi.get("max")
+    install = (
+        f"set rocm_kernel_pin: true and role rocm installs the stack's kernel {target} (image, "
+        f"headers, modules-extra), holds it, pins newer ABIs away, makes it GRUB's default "
+        f"and reboots into it before amdgpu-dkms (rocm_reboot_policy)"
+        if target
+        else "install and boot a kernel in that range"
+    )
+    return (
+        f"Fix: {install}; or boot such a kernel yourself; or, once amdgpu-dkms is seen to "
+        f"build on this one, widen kernel_abi in instinct_vllm_stacks_extra; or go on at "
+        f"your own risk with preflight_kernel_abi_policy: warn (now {policy})."
+    )
 
 
 def _check_kernel_abi(
-    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], policy: str
+    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], policy: str, pin: bool
 ) -> None:
-    """The running kernel against the ABI range the stack's amdgpu-dkms was seen to build on."""
+    """The running kernel against the ABIs the stack is validated on (rocm.kernel_abi)."""
     abi = (stack.get("rocm") or {}).get("kernel_abi")
     if not abi:
         f.add("kernel_abi", True)
@@ -326,29 +353,39 @@ def _check_kernel_abi(
     kernel = str(host.get("kernel", ""))
     running = sm.kernel_abi(kernel)
     low, high = sm.kernel_abi(abi["min"]), sm.kernel_abi(abi.get("max"))
+    inside = (
+        running is not None
+        and low is not None
+        and running >= low
+        and (high is None or running <= high)
+    )
+    if inside:
+        f.add("kernel_abi", True)
+        return
     seen = f"{abi['min']} to {abi.get('max') or 'the newest'}"
-    level = "error" if policy == "fail" else "warning"
-    where = f"stack '{stack['name']}' rocm.kernel_abi"
-    if running is None:
+    where = f"stack '{stack['name']}' rocm.kernel_abi ({seen})"
+    source = f"; source: {abi['source']}" if abi.get("source") else ""
+    if pin and abi.get("max"):
         f.add(
             "kernel_abi",
             False,
-            f"running kernel {kernel!r} (ansible_facts.kernel) has no X.Y.Z-N ABI to compare "
-            f"with {where} ({seen}) (preflight_kernel_abi_policy: {policy}).",
-            level,
+            f"running kernel {kernel} (ansible_facts.kernel) is outside {where}; role rocm "
+            f"installs the stack's kernel {abi['max']} and reboots into it before amdgpu-dkms "
+            f"(rocm_kernel_pin: true).",
+            "warning",
         )
         return
-    inside = low is not None and running >= low and (high is None or running <= high)
+    what = (
+        f"has no X.Y.Z-N ABI to compare with {where}" if running is None else f"is outside {where}"
+    )
     f.add(
         "kernel_abi",
-        inside,
-        f"running kernel {kernel} (ansible_facts.kernel) is outside {where} ({seen}), the "
-        f"kernel ABIs the stack's amdgpu-dkms was seen to build on; an Ubuntu ABI update has "
-        f"broken the DKMS build before (ROCm issue 3701: 6.8.0-44 with ROCm 6.2.0). Fix: "
-        f"boot a kernel in that range (linux-image-<release>, held with apt-mark hold), or, "
-        f"once amdgpu-dkms is seen to build on this one, widen kernel_abi in "
-        f"instinct_vllm_stacks_extra (preflight_kernel_abi_policy: {policy}).",
-        level,
+        False,
+        f"running kernel {kernel!r} (ansible_facts.kernel) {what}, the kernel ABIs the "
+        f"stack's ROCm is validated on{source}. amdgpu-dkms builds against the running kernel, "
+        f"and an Ubuntu ABI update has broken that build before (ROCm issue 3701: 6.8.0-44 "
+        f"with ROCm 6.2.0). {_kernel_abi_fix(stack, abi, policy)}",
+        "error" if policy == "fail" else "warning",
     )
 
 
@@ -432,7 +469,8 @@ def evaluate(
     disk_requirements [{path, min_free_gib, purpose}], min_memory_gib, gpu_count (int or None),
     tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
     secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore),
-    kernel_abi_policy (warn|fail), sliding_window (int; 0 or None: read from model_config, the
+    kernel_abi_policy (fail|warn), kernel_pin (bool: role rocm installs and boots the stack's
+    kernel, rocm_kernel_pin), sliding_window (int; 0 or None: read from model_config, the
     model's config.json as a mapping), ck_flash_attention (bool), service_environment (the
     service's extra environment, vllm_service_environment), max_model_len (int or None).
     """
@@ -454,12 +492,18 @@ def evaluate(
         settings.get("service_environment"),
         int(settings.get("max_model_len") or 0) or None,
     )
-    _check_kernel_abi(f, stack, host, str(settings.get("kernel_abi_policy", "warn")))
+    _check_kernel_abi(
+        f,
+        stack,
+        host,
+        str(settings.get("kernel_abi_policy", "fail")),
+        bool(settings.get("kernel_pin", False)),
+    )
     _check_driver(
         f,
         stack,
         gpus,
         str(settings.get("secure_boot", "unknown")),
-        str(settings.get("secure_boot_policy", "warn")),
+        str(settings.get("secure_boot_policy", "fail")),
     )
     return f.result()

@@ -117,9 +117,7 @@ def resolve_file_extends(base: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                 + ", ".join(sorted(base))
             )
         elif parent in chain:
-            raise StackError(
-                f"{where}.extends: a cycle ({' -> '.join((*chain, name, parent))})"
-            )
+            raise StackError(f"{where}.extends: a cycle ({' -> '.join((*chain, name, parent))})")
         else:
             resolved[name] = deep_merge(resolve(parent, (*chain, name)), over)
         return resolved[name]
@@ -263,10 +261,12 @@ def kernel_abi(kernel_release: Any) -> tuple[int, int, int, int] | None:
 
 
 def _validate_kernel_abi(where: str, value: Any) -> None:
-    """Optional ``rocm.kernel_abi``: ``{min: "X.Y.Z-N", max: "X.Y.Z-N" | null}``."""
+    """Optional ``rocm.kernel_abi``: ``{min: "X.Y.Z-N", max: "X.Y.Z-N" | null, source: str}``."""
     if value is None:
         return
     _need_mapping(where, value, ("min",))
+    if "source" in value:
+        _need_str(f"{where}.source", value["source"], nullable=True)
     low, high = kernel_abi(value["min"]), kernel_abi(value.get("max"))
     if low is None:
         raise StackError(f'{where}.min: expected a kernel release "X.Y.Z-N", got {value["min"]!r}')
@@ -274,6 +274,40 @@ def _validate_kernel_abi(where: str, value: Any) -> None:
         raise StackError(
             f'{where}.max: expected a kernel release "X.Y.Z-N" not below min, got {value["max"]!r}'
         )
+
+
+def _int_greater_pattern(number: int) -> str:
+    """A POSIX extended regular expression matching the decimal integers above ``number``
+    (no leading zeros), e.g. 41 -> ``(4[2-9]|[5-9][0-9]|[1-9][0-9]{2,})``."""
+    digits = str(number)
+    options = []
+    for i, digit in enumerate(digits):
+        if digit == "9":
+            continue
+        rest = len(digits) - i - 1
+        higher = "9" if digit == "8" else f"[{int(digit) + 1}-9]"
+        options.append(digits[:i] + higher + ("[0-9]" * rest if rest < 2 else f"[0-9]{{{rest}}}"))
+    options.append(f"[1-9][0-9]{{{len(digits)},}}")
+    return "(" + "|".join(options) + ")"
+
+
+def newer_kernel_pattern(abi: Any) -> str:
+    """A POSIX extended regular expression (what APT's ``Package: /.../`` pins take) matching
+    the names of kernel packages (image, image-unsigned, modules, modules-extra, headers) of
+    every release newer than ``abi`` (``"6.8.0-41"``, a flavour suffix ignored): a higher
+    ABI number, patch level, minor or major version."""
+    parsed = kernel_abi(abi)
+    if parsed is None:
+        raise StackError(f'newer_kernel_pattern: expected a kernel release "X.Y.Z-N", got {abi!r}')
+    number = "(0|[1-9][0-9]*)"
+    parts = [str(p) for p in parsed]
+    versions = []
+    for i in range(4):
+        tail = [number] * (3 - i)
+        fields = [*parts[:i], _int_greater_pattern(parsed[i]), *tail]
+        versions.append("\\.".join(fields[:3]) + "-" + fields[3])
+    names = "(image|image-unsigned|modules|modules-extra|headers)"
+    return f"^linux-{names}-({'|'.join(versions)})(-.*)?$"
 
 
 def _validate_torch(where: str, value: Any) -> None:

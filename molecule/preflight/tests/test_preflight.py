@@ -28,23 +28,33 @@ COMMON = {
     "preflight_disk_requirements": [{"path": "/opt/vllm", "min_free_gib": 1}],
 }
 STUBS = {"preflight_gpu_search_paths": ["/opt/preflight-stubs/bin"]}
-# rocm-6.2.1 moved to the sandbox's Debian 12 (data, as any site would add a stack)
+# rocm-6.2.1 moved to the sandbox's Debian 12 (data, as any site would add a stack); the
+# sandbox's kernel is the machine's, not an Ubuntu one: preflight-test names no kernel ABIs,
+# preflight-kernel keeps rocm-6.2.1's (6.8.0-31 to 6.8.0-41)
+DEBIAN_12 = [
+    {"distribution": "Debian", "version": "12", "codename": "bookworm", "kernel_flavours": ["any"]}
+]
 TEST_STACK = {
     "instinct_vllm_stack": "preflight-test",
     "instinct_vllm_stacks_extra": {
         "preflight-test": {
             "extends": "rocm-6.2.1",
             "description": "rocm-6.2.1 on the Debian 12 sandbox",
-            "os": [
-                {
-                    "distribution": "Debian",
-                    "version": "12",
-                    "codename": "bookworm",
-                    "kernel_flavours": ["any"],
-                }
-            ],
+            "os": DEBIAN_12,
+            "rocm": {"kernel_abi": None},
         }
     },
+}
+KERNEL_STACK = {
+    "instinct_vllm_stack": "preflight-kernel",
+    "instinct_vllm_stacks_extra": {
+        "preflight-kernel": {
+            "extends": "rocm-6.2.1",
+            "description": "rocm-6.2.1 on the Debian 12 sandbox, with its kernel ABIs",
+            "os": DEBIAN_12,
+        }
+    },
+    "preflight_tensor_parallel_size": 8,
 }
 
 SLIDING = {
@@ -87,13 +97,24 @@ CASES: dict[str, dict] = {
         "vllm_source_ck_flash_attention": True,
         "vllm_service_environment": {"VLLM_USE_TRITON_FLASH_ATTN": "1"},
     },
-    # the sandbox kernel is outside rocm-6.2.1's kernel_abi (or has no Ubuntu ABI number)
-    "kernel_abi_fail": {
-        **TEST_STACK,
+    # the sandbox kernel is outside rocm-6.2.1's kernel_abi (or has no Ubuntu ABI number):
+    # refused by default
+    "kernel_abi_fail": {**KERNEL_STACK, **STUBS},
+    # a patched noble node: the kernel fact says 6.8.0-100-generic (pre_tasks below)
+    "kernel_newer": {**KERNEL_STACK, **STUBS, "test_kernel_release": "6.8.0-100-generic"},
+    "kernel_newer_warn": {
+        **KERNEL_STACK,
         **STUBS,
-        "preflight_tensor_parallel_size": 8,
-        "preflight_kernel_abi_policy": "fail",
+        "test_kernel_release": "6.8.0-100-generic",
+        "preflight_kernel_abi_policy": "warn",
     },
+    "kernel_newer_pinned": {
+        **KERNEL_STACK,
+        **STUBS,
+        "test_kernel_release": "6.8.0-100-generic",
+        "rocm_kernel_pin": True,
+    },
+    "kernel_validated": {**KERNEL_STACK, **STUBS, "test_kernel_release": "6.8.0-41-generic"},
 }
 
 PLAYBOOK = [
@@ -101,6 +122,23 @@ PLAYBOOK = [
         "name": "Preflight, then what stands for the roles that change the host",
         "hosts": "all",
         "gather_facts": False,
+        # a host that reports another kernel: its facts, with the kernel release replaced
+        # (a cacheable set_fact updates ansible_facts)
+        "pre_tasks": [
+            {
+                "name": "Gather the facts of a host that reports another kernel",
+                "ansible.builtin.setup": {"gather_subset": ["min", "hardware"]},
+                "when": "test_kernel_release is defined",
+            },
+            {
+                "name": "Report the kernel release under test",
+                "ansible.builtin.set_fact": {
+                    "kernel": "{{ test_kernel_release }}",
+                    "cacheable": True,
+                },
+                "when": "test_kernel_release is defined",
+            },
+        ],
         "roles": ["instinct.vllm.preflight"],
         "tasks": [
             {
@@ -212,6 +250,13 @@ def test_sliding_window_model_passes_with_ck_flash_attention(run):
     assert _reached_later_roles(run, "sliding_window_with_ck")
 
 
+@pytest.mark.parametrize("case", ["kernel_newer_warn", "kernel_newer_pinned", "kernel_validated"])
+def test_kernel_ways_out_pass(run, case):
+    """A validated kernel passes; a newer one passes with preflight_kernel_abi_policy: warn, or
+    when role rocm will install and boot the stack's kernel (rocm_kernel_pin)."""
+    assert _reached_later_roles(run, case)
+
+
 def test_good_gpu_stack_reads_the_stub_tools(run):
     assert _reached_later_roles(run, "good_gpu_stubs")
     (msg,) = [
@@ -275,8 +320,18 @@ def test_good_gpu_stack_reads_the_stub_tools(run):
             "kernel_abi_fail",
             [
                 "(ansible_facts.kernel)",
-                "stack 'preflight-test' rocm.kernel_abi (6.8.0-31 to 6.8.0-41)",
-                "preflight_kernel_abi_policy: fail",
+                "stack 'preflight-kernel' rocm.kernel_abi (6.8.0-31 to 6.8.0-41)",
+                "preflight_kernel_abi_policy: warn (now fail)",
+            ],
+        ),
+        (
+            "kernel_newer",
+            [
+                "running kernel '6.8.0-100-generic' (ansible_facts.kernel) is outside stack "
+                "'preflight-kernel' rocm.kernel_abi (6.8.0-31 to 6.8.0-41)",
+                "docs-6.2.1/reference/system-requirements",
+                "set rocm_kernel_pin: true and role rocm installs the stack's kernel 6.8.0-41",
+                "preflight_kernel_abi_policy: warn (now fail)",
             ],
         ),
     ],

@@ -163,6 +163,50 @@ def test_reboot_needed_but_skipped_in_the_container(host):
     assert host.check_output("cut -d' ' -f22 /proc/1/stat") == before
 
 
+# ---- the stack's kernel (rocm_kernel_pin, molecule.yml): rocm-6.2.1's newest validated ABI
+
+KERNEL = "6.8.0-41-generic"
+KERNEL_PKGS = [f"linux-{part}-{KERNEL}" for part in ("image", "headers", "modules-extra")]
+
+
+def test_the_stacks_kernel_is_installed_and_held(host):
+    for name in KERNEL_PKGS:
+        assert host.package(name).is_installed, name
+        assert host.package(name).version == "6.8.0-41.41"
+    held = host.check_output("apt-mark showhold").split()
+    assert sorted(held) == sorted(KERNEL_PKGS)
+
+
+def test_newer_kernel_abis_are_pinned_away(host):
+    pin = host.file("/etc/apt/preferences.d/instinct-kernel-pin").content_string
+    assert "Pin-Priority: -1" in pin
+    newer = host.check_output("apt-cache policy linux-image-6.8.0-100-generic")
+    assert "Candidate: (none)" in newer
+    assert "6.8.0-100.100 -1" in newer
+    # the meta-package that would pull the newer ABI cannot be installed
+    pulled = host.run("apt-get install --simulate --no-install-recommends linux-image-generic")
+    assert pulled.rc != 0
+    assert (
+        "linux-image-6.8.0-100-generic but it is not installable" in pulled.stdout + pulled.stderr
+    )
+    own = host.check_output(f"apt-cache policy linux-image-{KERNEL}")
+    assert "Candidate: 6.8.0-41.41" in own
+
+
+def test_grub_boots_the_stacks_kernel_by_default(host):
+    cfg = host.file("/etc/default/grub.d/89-instinct-kernel.cfg").content_string
+    assert f'GRUB_DEFAULT="Advanced options for Ubuntu>Ubuntu, with Linux {KERNEL}"' in cfg
+    script = "GRUB_DEFAULT=0; . /etc/default/grub.d/89-instinct-kernel.cfg; echo $GRUB_DEFAULT"
+    assert host.check_output(f"bash -c {shlex.quote(script)}").endswith(f"Linux {KERNEL}")
+
+
+def test_the_kernel_reboot_is_reported_not_done_in_the_container(host):
+    marker = json.loads(
+        host.file("/var/lib/instinct-vllm/rocm-reboot-required.json").content_string
+    )
+    assert any(f"is not the stack kernel {KERNEL}" in reason for reason in marker["reasons"])
+
+
 def test_gpu_facts_after_install_8_x_gfx942(host):
     """The collection's own GPU-facts parsers, fed by the installed tools on the host."""
     tools = {

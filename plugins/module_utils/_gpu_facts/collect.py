@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.driver import (
+    MOK_KEY,
     SECURE_BOOT_VAR,
     driver_state,
     find_blacklist,
+    mok_key_state,
     parse_dkms_status,
     secure_boot_state,
 )
@@ -137,9 +139,7 @@ def _merge_agents(
     return unmatched
 
 
-def _merge_smi(
-    gpus: dict[str, dict[str, Any]], smi: list[dict[str, Any]], have_pci: bool
-) -> None:
+def _merge_smi(gpus: dict[str, dict[str, Any]], smi: list[dict[str, Any]], have_pci: bool) -> None:
     """amd-smi entries into gpus (by bus address); without PCI data they add GPUs."""
     for entry in smi:
         key = short_bdf(entry["bdf"]) if entry.get("bdf") else None
@@ -208,6 +208,7 @@ class HostPaths:
     dev_dir: str = "/dev"
     rocm_path: str = "/opt/rocm"
     efivars_dir: str = "/sys/firmware/efi/efivars"
+    mok_key: str = MOK_KEY
 
 
 Items = list[dict[str, Any]]
@@ -324,6 +325,7 @@ def collect_driver(
         "dkms": [],
         "blacklisted_in": [],
         "secure_boot": None,
+        "mok_key": None,
     }
     if not wanted:
         return driver
@@ -337,6 +339,12 @@ def collect_driver(
     if tools.get("mokutil") and not (Path(paths.efivars_dir) / SECURE_BOOT_VAR).exists():
         mokutil_text = _output(run, [str(tools["mokutil"]), "--sb-state"])
     driver["secure_boot"] = secure_boot_state(paths.efivars_dir, mokutil_text)
+    if driver["secure_boot"] == "enabled":
+        key = Path(paths.mok_key)
+        test = None
+        if tools.get("mokutil") and key.is_file():
+            test = _output(run, [str(tools["mokutil"]), "--test-key", str(key)])
+        driver["mok_key"] = mok_key_state(key.is_file(), test)
     return driver
 
 
@@ -409,8 +417,7 @@ def collect(
         "rocm_smi": rocm_smi,
         "driver": driver,
         "kfd": _kfd(paths.dev_dir),
-        "rocm_version": amd_smi["rocm_version"]
-        or (info_version.strip() if info_version else None),
+        "rocm_version": amd_smi["rocm_version"] or (info_version.strip() if info_version else None),
         "rocm_installed": bool(tools.get("rocminfo") or tools.get("amd_smi") or info_version),
         **_gpu_summary(gpus),
         "problems": problems,

@@ -106,6 +106,26 @@ def secure_boot_state(efivars_dir: str | Path, mokutil_text: str | None = None) 
     return "unknown"
 
 
+#: Where Ubuntu's DKMS keeps the key it signs modules with (shim-signed's
+#: update-secureboot-policy creates it; https://wiki.ubuntu.com/UEFI/SecureBoot/DKMS).
+MOK_KEY = "/var/lib/shim-signed/mok/MOK.der"
+
+
+def mok_key_state(key_exists: bool, mokutil_test_text: str | None = None) -> str:
+    """Whether the DKMS signing key is enrolled as a Machine Owner Key: ``enrolled``,
+    ``not_enrolled``, ``no_key`` (no key yet: DKMS makes one and asks for its enrolment when a
+    module is first built) or ``unknown``. ``mokutil_test_text``: ``mokutil --test-key <key>``
+    output ("... is already enrolled" / "... is not enrolled")."""
+    if not key_exists:
+        return "no_key"
+    text = mokutil_test_text or ""
+    if "is already enrolled" in text:
+        return "enrolled"
+    if "is not enrolled" in text:
+        return "not_enrolled"
+    return "unknown"
+
+
 def driver_state(
     sys_module_dir: str | Path,
     lsmod_text: str | None = None,

@@ -36,7 +36,9 @@ def run_rescue(tmp_path: Path, dkms_dir: Path) -> subprocess.CompletedProcess[st
         "ansible_python_interpreter": sys.executable,
         "_rocm_dkms_dir": str(dkms_dir),
         "_rocm_driver_pkgs": ["amdgpu-dkms"],
-        "_rocm_stack": {"rocm": {"kernel_abi": {"min": "6.8.0-31", "max": "6.8.0-41"}}},
+        "instinct_vllm_stack_resolved": {
+            "rocm": {"kernel_abi": {"min": "6.8.0-31", "max": "6.8.0-41"}}
+        },
         "ansible_failed_result": {"failed": True, "msg": APT_ERROR},
     }
     return run_local_playbook(play, variables)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts import collect as col
 from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts import driver as drv
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "instinct"
@@ -100,3 +101,41 @@ def test_secure_boot_state(tmp_path: Path) -> None:
         drv.secure_boot_state(missing, "EFI variables are not supported on this system\n")
         == "unknown"
     )
+
+
+def test_mok_key_state() -> None:
+    key = "/var/lib/shim-signed/mok/MOK.der"
+    assert drv.mok_key_state(True, f"{key} is already enrolled\n") == "enrolled"
+    assert drv.mok_key_state(True, f"{key} is not enrolled\n") == "not_enrolled"
+    assert drv.mok_key_state(False, None) == "no_key"
+    assert drv.mok_key_state(True, "EFI variables are not supported on this system\n") == "unknown"
+    assert drv.mok_key_state(True, None) == "unknown"
+
+
+def test_collect_driver_tests_the_dkms_key_only_with_secure_boot_on(tmp_path: Path) -> None:
+    efivars = tmp_path / "efivars"
+    efivars.mkdir()
+    key = tmp_path / "MOK.der"
+    key.write_bytes(b"0")
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        calls.append(argv)
+        return 1, f"{argv[-1]} is not enrolled\n", ""
+
+    paths = col.HostPaths(
+        str(tmp_path / "sys"),
+        str(tmp_path / "modprobe"),
+        efivars_dir=str(efivars),
+        mok_key=str(key),
+    )
+    tools = {"mokutil": "/usr/bin/mokutil"}
+    (efivars / drv.SECURE_BOOT_VAR).write_bytes(b"\x06\x00\x00\x00\x01")
+    on = col.collect_driver(tools, run, paths, None)
+    assert (on["secure_boot"], on["mok_key"]) == ("enabled", "not_enrolled")
+    assert calls == [["/usr/bin/mokutil", "--test-key", str(key)]]
+    key.unlink()
+    assert col.collect_driver(tools, run, paths, None)["mok_key"] == "no_key"
+    (efivars / drv.SECURE_BOOT_VAR).write_bytes(b"\x06\x00\x00\x00\x00")
+    off = col.collect_driver(tools, run, paths, None)
+    assert (off["secure_boot"], off["mok_key"]) == ("disabled", None)

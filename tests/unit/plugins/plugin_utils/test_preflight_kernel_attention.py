@@ -64,15 +64,16 @@ def test_kernel_abi_compares_numbers_not_strings() -> None:
 # --- the data ----------------------------------------------------------------------------------
 
 
-def test_every_rocm_stack_records_a_kernel_abi_range() -> None:
+def test_every_rocm_stack_records_its_kernel_abis_and_their_source() -> None:
     for name in sm.stack_names():
         rocm = sm.get_stack(name)["rocm"]
         if rocm and any("dkms" in p for p in rocm["driver_packages"]):
             assert sm.kernel_abi(rocm["kernel_abi"]["min"]), name
-    assert sm.get_stack("rocm-6.2.1")["rocm"]["kernel_abi"] == {
-        "min": "6.8.0-31",
-        "max": "6.8.0-41",
-    }
+            assert rocm["kernel_abi"].get("source"), name
+    # AMD's ROCm 6.2.1 requirements: Ubuntu 24.04 and 24.04.1, "6.8 [GA]" (their GA kernels)
+    abi = sm.get_stack("rocm-6.2.1")["rocm"]["kernel_abi"]
+    assert (abi["min"], abi["max"]) == ("6.8.0-31", "6.8.0-41")
+    assert "docs-6.2.1/reference/system-requirements" in abi["source"]
 
 
 def test_rocm_721_has_the_graphics_repo_line() -> None:
@@ -106,6 +107,7 @@ def test_role_rocm_accepts_and_renders_every_repo_of_the_stack(name: str) -> Non
         ({"min": "6.8.0-41", "max": "6.8.0-31"}, "kernel_abi.max"),
         ({"min": None}, "kernel_abi.min"),
         ("6.8.0-31", "kernel_abi: expected a mapping"),
+        ({"min": "6.8.0-31", "source": 3}, "kernel_abi.source"),
     ],
 )
 def test_malformed_kernel_abi_is_named(abi: Any, key: str) -> None:
@@ -127,30 +129,46 @@ def test_malformed_attention_rule_is_named() -> None:
 @pytest.mark.parametrize(
     ("kernel", "inside"),
     [
-        ("6.8.0-31-generic", True),
+        ("6.8.0-31-generic", True),  # Ubuntu 24.04's GA kernel
         ("6.8.0-40-generic", True),
-        ("6.8.0-41-generic", True),
+        ("6.8.0-41-generic", True),  # Ubuntu 24.04.1's
         ("6.8.0-44-generic", False),  # ROCm issue 3701
-        ("6.8.0-100-generic", False),
+        ("6.8.0-100-generic", False),  # a patched noble node
         ("6.8.0-11-generic", False),
+        ("6.11.0-19-generic", False),
     ],
 )
-def test_running_kernel_against_the_range(kernel: str, inside: bool) -> None:
-    found = check(run("rocm-6.2.1", kernel), "kernel_abi")
+def test_running_kernel_against_the_validated_abis(kernel: str, inside: bool) -> None:
+    result = run("rocm-6.2.1", kernel)
+    found = check(result, "kernel_abi")
     assert found["ok"] is inside
+    # the default policy fails (NO_GPUS fails too: only the kernel's error counts here)
+    assert any("(ansible_facts.kernel)" in e for e in result["errors"]) is not inside
     if not inside:
-        assert found["level"] == "warning"  # the default policy
+        assert found["level"] == "error"
         assert kernel in found["msg"] and "6.8.0-31 to 6.8.0-41" in found["msg"]
-        assert "preflight_kernel_abi_policy" in found["msg"]
+        assert "preflight_kernel_abi_policy: warn (now fail)" in found["msg"]
+        assert "rocm_kernel_pin: true" in found["msg"] and "kernel 6.8.0-41" in found["msg"]
+        assert "docs-6.2.1/reference/system-requirements" in found["msg"]
 
 
-def test_kernel_abi_policy_fail_makes_it_an_error() -> None:
-    result = run("rocm-6.2.1", "6.8.0-44-generic", kernel_abi_policy="fail")
-    assert not result["ok"] and check(result, "kernel_abi")["level"] == "error"
-    assert any("6.8.0-44-generic" in e and "ROCm issue 3701" in e for e in result["errors"])
+def test_kernel_abi_policy_warn_lets_it_pass() -> None:
+    result = run("rocm-6.2.1", "6.8.0-100-generic", kernel_abi_policy="warn")
+    assert check(result, "kernel_abi")["level"] == "warning"
+    assert any("6.8.0-100-generic" in w and "ROCm issue 3701" in w for w in result["warnings"])
     assert check(run("rocm-6.2.1", "6.8.0-41-generic", kernel_abi_policy="fail"), "kernel_abi")[
         "ok"
     ]
+
+
+def test_kernel_pin_turns_it_into_a_warning_naming_the_kernel_installed() -> None:
+    result = run("rocm-6.2.1", "6.8.0-100-generic", kernel_pin=True)
+    found = check(result, "kernel_abi")
+    assert found["level"] == "warning"
+    assert "installs the stack's kernel 6.8.0-41" in found["msg"]
+    # a stack without a newest validated ABI has nothing to install: still a failure
+    below = check(run("rocm-7.2.1", "6.8.0-20-generic", kernel_pin=True), "kernel_abi")
+    assert below["level"] == "error" and "install and boot a kernel in that range" in below["msg"]
 
 
 def test_open_range_and_unparseable_kernels() -> None:
@@ -158,7 +176,7 @@ def test_open_range_and_unparseable_kernels() -> None:
     found = check(run("rocm-7.2.1", "6.8.0-20-generic"), "kernel_abi")
     assert not found["ok"] and "6.8.0-31 to the newest" in found["msg"]
     odd = check(run("rocm-6.2.1", "6.18.44-fc-v973"), "kernel_abi")
-    assert odd["level"] == "warning" and "no X.Y.Z-N ABI" in odd["msg"]
+    assert odd["level"] == "error" and "no X.Y.Z-N ABI" in odd["msg"]
     assert check(run("cpu", "6.18.44-fc-v973"), "kernel_abi")["ok"]  # no ROCm, no DKMS
 
 
