@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: fingerprint
 short_description: Fingerprint an endpoint's answers and compare them with a reference
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - Sends the fixed I(prompts) to an OpenAI-compatible vLLM endpoint, greedily (temperature 0).
     For each prompt it takes the greedy continuation (chat prompts through

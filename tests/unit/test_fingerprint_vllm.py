@@ -25,8 +25,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-
-from .local_play import ROOT, run_local_playbook
+from local_play import ROOT, run_local_playbook
 
 VENV = Path(os.environ.get("INSTINCT_FUZZ_VENV", "/opt/fuzz032"))
 DEMO = Path(os.environ.get("INSTINCT_FINGERPRINT_MODEL", "/tmp/fuzzmodel/demo"))

@@ -127,11 +127,13 @@ def tokenize(ep: Endpoint, prompt: Prompt) -> list[int]:
     return [int(t) for t in ep.post("/tokenize", body)["tokens"]]
 
 
-def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: int) -> list[Scored]:
-    """Every prompt scored by the endpoint on the tokens of `like` (a reference's records)."""
+def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: int,
+          texts: list[Greedy] | None = None) -> list[Scored]:
+    """Every prompt scored by the endpoint on the tokens of `like` (a reference's records);
+    `texts`: the greedy continuations when already taken."""
     rows = [(s.prompt_ids + s.ref_ids, s.start) for s in like]
     forced = teacher_forced(ep, rows)
-    texts = greedy(ep, prompts, [s.prompt_ids for s in like], max_tokens)
+    texts = texts or greedy(ep, prompts, [s.prompt_ids for s in like], max_tokens)
     return [Scored(id=s.id, kind=s.kind, prompt_ids=s.prompt_ids, ref_ids=s.ref_ids,
                    greedy_text=text, start=s.start, logprobs=lp, top_ids=top, margins=margin,
                    greedy_ids=ids)
@@ -140,13 +142,15 @@ def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: i
 
 def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int) -> list[Scored]:
     """A fingerprint from the endpoint alone (no other reference): the server's tokenization,
-    its greedy continuation as the reference continuation, then scored like any other."""
+    its greedy continuation as the reference continuation (its token ids, or, from a vLLM that
+    does not return them, its text tokenized again), then scored like any other."""
     prompt_ids = [tokenize(ep, p) for p in prompts]
     texts = greedy(ep, prompts, prompt_ids, max_tokens)
     like = []
-    for p, ids, (text, _) in zip(prompts, prompt_ids, texts, strict=True):
+    for p, ids, (text, gen) in zip(prompts, prompt_ids, texts, strict=True):
         body = {"prompt": text, "add_special_tokens": False}
-        cont = [int(t) for t in ep.post("/tokenize", body)["tokens"]] if text else []
+        cont = gen if gen is not None else (
+            [int(t) for t in ep.post("/tokenize", body)["tokens"]] if text else [])
         like.append(Scored(p.id, p.kind, ids, cont[:max_tokens], text,
                            scored_start(len(ids), window), [], [], []))
-    return score(ep, prompts, like, max_tokens)
+    return score(ep, prompts, like, max_tokens, texts)

@@ -8,8 +8,10 @@ venv), so this file imports with the standard library alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,27 @@ def check_fits(model_path: str, available: int | None = None) -> str | None:
             "compare against a recorded reference or the fleet baseline instead")
 
 
+def _import_torch() -> None:
+    """Import torch (with torch._dynamo) and transformers with the interpreter's own sys.intern.
+
+    Inside a module, ansible-core has replaced sys.intern by a callable object; torch._dynamo,
+    when first imported, registers polyfills for builtins and refuses that object ("substitute_in_
+    graph expects a function"). Once imported, it never looks again."""
+    patched = sys.intern
+    original = getattr(type(patched), "unpatched_implementation", None)
+    if original is not None:
+        sys.intern = original
+    try:
+        import transformers  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import torch._dynamo  # noqa: F401
+    finally:
+        sys.intern = patched
+
+
 def _load(model_path: str) -> tuple[Any, Any]:
+    _import_torch()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -141,3 +141,19 @@ def test_reference_refuses_a_model_larger_than_ram(tmp_path: Path) -> None:
     assert reference.check_fits(str(tmp_path), available=need) is None
     why = reference.check_fits(str(tmp_path), available=need // 2)
     assert why is not None and str(tmp_path) in why and "GiB" in why and "too large" in why
+
+
+def test_greedy_compares_token_ids_when_both_sides_have_them() -> None:
+    ref = replace(_scored(text="\ufffd\ufffd"), greedy_ids=[6, 7])
+    same_ids_other_text = replace(_scored(text="))"), greedy_ids=[6, 7])
+    assert F.compare(_fp(ref), _fp(same_ids_other_text), TOL).ok
+    other_ids = replace(_scored(text="\ufffd\ufffd"), greedy_ids=[6, 8])
+    v = F.compare(_fp(ref), _fp(other_ids), TOL)
+    assert not v.ok and v.prompts[0].greedy_match is False
+
+
+def test_greedy_text_with_undecodable_bytes_is_not_compared() -> None:
+    ref = _scored(text="a\ufffd")
+    v = F.compare(_fp(ref), _fp(_scored(text="a)")), TOL)
+    assert v.ok and v.prompts[0].greedy_match is None and v.greedy_mismatches == 0
+    assert not F.compare(_fp(_scored(text="ab")), _fp(_scored(text="ac")), TOL).ok
