@@ -5,7 +5,8 @@ transformers reference within the float32 tolerance; a copy with one layer's wei
 same weights in a new directory pass. Skipped without /opt/fuzz032. The measured deltas and the
 wall time of one fingerprint are written to .cache/test-logs/fingerprint-vllm.json.
 
-Slow (three vLLM starts, ~1-3 min each on 2 cores): INSTINCT_SKIP_VLLM=1 skips it.
+Slow (three vLLM starts, 1-4 min each on 2 cores), so not in `make test`:
+`.venv/bin/pytest tests/integration` (INSTINCT_SKIP_VLLM=1 skips it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from local_play import ROOT, run_local_playbook
+from local_play import ROOT, run_local_playbook  # tests/unit, put on sys.path by conftest
 
 VENV = Path(os.environ.get("INSTINCT_FUZZ_VENV", "/opt/fuzz032"))
 DEMO = Path(os.environ.get("INSTINCT_FINGERPRINT_MODEL", "/tmp/fuzzmodel/demo"))
