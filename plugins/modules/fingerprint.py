@@ -180,7 +180,7 @@ def main() -> None:
             p["max_tokens"], p["window"], write=not module.check_mode)
         ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"])
         fp, verdicts = run(ep, prompts, refs, tol, p["max_tokens"], p["window"], p["meta"])
-    except (Refused, ValueError, RuntimeError) as exc:
+    except (Refused, ValueError, RuntimeError, OSError) as exc:
         module.fail_json(msg=str(exc))
     ok = all(v.ok for v in verdicts.values())
     out = {
