@@ -4,7 +4,9 @@ Fixed prompts (files/fingerprint/prompts.yml); for each, the endpoint's greedy c
 its teacher-forced log-probabilities of a reference continuation; compared with a reference -
 transformers on CPU from the same checkpoint (`reference_scores`), or a recorded fingerprint
 such as the fleet baseline - per prompt: token agreement, max and mean |delta logprob|, within
-tolerances per dtype (`tolerance_for`). Standard library at import time (docs/fingerprint.md).
+tolerances per dtype (`tolerance_for`). The standard library and ansible.module_utils.urls at
+import time; torch and transformers only when the transformers reference is computed
+(docs/fingerprint.md).
 """
 
 from __future__ import annotations

@@ -8,17 +8,19 @@ Two requests per prompt, both greedy (temperature 0):
   answer it in `choices[].prompt_logprobs`);
 - the greedy continuation: /v1/completions on the prompt's token ids, or /v1/chat/completions
   on the chat messages, so the server's own chat template is exercised.
-Standard library only.
+HTTP through ansible.module_utils.urls (open_url), like endpoint_check.py.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 
 from .record import Prompt, Scored, scored_start
 
@@ -35,17 +37,17 @@ class Endpoint:
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         root = self.base_url.rstrip("/").removesuffix("/v1")
         data = json.dumps({"model": self.model, **body}).encode()
-        req = urllib.request.Request(root + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
         if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
+            headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with open_url(root + path, data=data, headers=headers, method="POST",
+                          timeout=self.timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:400].decode(errors="replace")
             raise RuntimeError(f"POST {path}: HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        except (urllib.error.URLError, UrlConnectionError, TimeoutError, OSError) as exc:
             raise RuntimeError(f"POST {path}: {exc}") from exc
 
 
@@ -80,7 +82,7 @@ def teacher_forced(ep: Endpoint, rows: list[tuple[list[int], int]]) -> list[
     out: list[tuple[list[float], list[int], list[float | None]]] = []
     for chunk in _chunks(rows):
         answer = ep.post("/v1/completions", {
-            "prompt": [ids for ids, _ in chunk], "max_tokens": 1, "temperature": 0.0,
+            "prompt": [row[0] for row in chunk], "max_tokens": 1, "temperature": 0.0,
             "prompt_logprobs": 2})
         for (ids, start), choice in zip(chunk, _choices(answer, len(chunk), "teacher-forced"),
                                         strict=True):
@@ -93,7 +95,12 @@ def teacher_forced(ep: Endpoint, rows: list[tuple[list[int], int]]) -> list[
     return out
 
 
-Greedy = tuple[str, list[int] | None]
+@dataclass
+class Greedy:
+    """A greedy continuation: its text and, when the server returned them, its token ids."""
+
+    text: str
+    ids: list[int] | None
 
 
 def _ids(choice: dict[str, Any]) -> list[int] | None:
@@ -111,12 +118,12 @@ def greedy(ep: Endpoint, prompts: list[Prompt], prompt_ids: list[list[int]],
     for chunk in _chunks(plain):
         answer = ep.post("/v1/completions", {"prompt": [prompt_ids[i] for i in chunk], **common})
         for i, choice in zip(chunk, _choices(answer, len(chunk), "greedy"), strict=True):
-            found[i] = (choice.get("text") or "", _ids(choice))
+            found[i] = Greedy(choice.get("text") or "", _ids(choice))
     for i, p in enumerate(prompts):
         if p.kind == "chat":
             answer = ep.post("/v1/chat/completions", {"messages": p.messages, **common})
             choice = _choices(answer, 1, "chat")[0]
-            found[i] = (choice["message"].get("content") or "", _ids(choice))
+            found[i] = Greedy(choice["message"].get("content") or "", _ids(choice))
     return [found[i] for i in range(len(prompts))]
 
 
@@ -135,9 +142,9 @@ def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: i
     forced = teacher_forced(ep, rows)
     texts = texts or greedy(ep, prompts, [s.prompt_ids for s in like], max_tokens)
     return [Scored(id=s.id, kind=s.kind, prompt_ids=s.prompt_ids, ref_ids=s.ref_ids,
-                   greedy_text=text, start=s.start, logprobs=lp, top_ids=top, margins=margin,
-                   greedy_ids=ids)
-            for s, (lp, top, margin), (text, ids) in zip(like, forced, texts, strict=True)]
+                   greedy_text=g.text, start=s.start, logprobs=lp, top_ids=top, margins=margin,
+                   greedy_ids=g.ids)
+            for s, (lp, top, margin), g in zip(like, forced, texts, strict=True)]
 
 
 def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int) -> list[Scored]:
@@ -147,10 +154,10 @@ def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int) ->
     prompt_ids = [tokenize(ep, p) for p in prompts]
     texts = greedy(ep, prompts, prompt_ids, max_tokens)
     like = []
-    for p, ids, (text, gen) in zip(prompts, prompt_ids, texts, strict=True):
-        body = {"prompt": text, "add_special_tokens": False}
-        cont = gen if gen is not None else (
-            [int(t) for t in ep.post("/tokenize", body)["tokens"]] if text else [])
-        like.append(Scored(p.id, p.kind, ids, cont[:max_tokens], text,
+    for p, ids, g in zip(prompts, prompt_ids, texts, strict=True):
+        body = {"prompt": g.text, "add_special_tokens": False}
+        cont = g.ids if g.ids is not None else (
+            [int(t) for t in ep.post("/tokenize", body)["tokens"]] if g.text else [])
+        like.append(Scored(p.id, p.kind, ids, cont[:max_tokens], g.text,
                            scored_start(len(ids), window), [], [], []))
     return score(ep, prompts, like, max_tokens, texts)

@@ -121,7 +121,7 @@ def _greedy(model: Any, ids: list[int], max_tokens: int, eos: set[int]) -> list[
     out: list[int] = []
     past = None
     step = torch.tensor([ids])
-    for _ in range(max_tokens):
+    for _step in range(max_tokens):
         res = model(input_ids=step, past_key_values=past, use_cache=True)
         past = res.past_key_values
         nxt = int(res.logits[0, -1].argmax())
@@ -132,8 +132,8 @@ def _greedy(model: Any, ids: list[int], max_tokens: int, eos: set[int]) -> list[
     return out
 
 
-def _forced(model: Any, ids: list[int], start: int) -> tuple[list[float], list[int],
-                                                               list[float | None]]:
+def _forced(model: Any, ids: list[int],
+            start: int) -> tuple[list[float], list[int], list[float | None]]:
     import torch
 
     logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, start - 1:-1]
