@@ -17,6 +17,7 @@ def run_local_playbook(
     variables: dict[str, Any],
     inventory: str = "localhost,",
     flags: list[str] | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """ansible-playbook -i ``inventory`` ``play`` -e ``variables`` (JSON) ``flags``; the result,
     not checked."""
@@ -29,5 +30,5 @@ def run_local_playbook(
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, str(play),
          "-e", json.dumps(variables), *(flags or [])],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout, check=False,
     )  # fmt: skip

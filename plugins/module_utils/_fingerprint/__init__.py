@@ -1,0 +1,1 @@
+"""Private package behind module_utils/fingerprint.py (the accuracy fingerprint of an endpoint)."""

@@ -1,0 +1,198 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, instinct.vllm contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Module: the accuracy fingerprint of a vLLM endpoint against a reference (thin; the logic is in
+module_utils/fingerprint.py and module_utils/_fingerprint/)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fingerprint
+short_description: Fingerprint an endpoint's answers and compare them with a reference
+version_added: "0.2.0"
+description:
+  - Sends the fixed I(prompts) to an OpenAI-compatible vLLM endpoint, greedily (temperature 0).
+    For each prompt it takes the greedy continuation (chat prompts through
+    C(/v1/chat/completions)) and the teacher-forced log-probabilities of a reference's tokens
+    (C(/v1/completions) with the token ids and C(prompt_logprobs), which vLLM 0.6.6 and later
+    answer).
+  - "References: I(reference_model_path) computes one with transformers on CPU from the same
+    checkpoint (the module's interpreter needs torch and transformers, e.g. the node's vLLM
+    venv); it is refused, naming the model's size and the host's available RAM, when the model
+    does not fit. I(baseline) is a fingerprint recorded earlier (the fleet baseline)."
+  - Each reference gives a verdict - per prompt token agreement, max and mean |delta logprob|,
+    the greedy text - within the tolerance of I(dtype). Fails when a verdict fails, unless
+    I(fail_on_mismatch=false). Without any reference it records the endpoint's own fingerprint.
+  - Reads only; check mode runs the same requests (a I(reference_cache) is then not written).
+options:
+  base_url:
+    description: Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
+    type: str
+    required: true
+  api_key:
+    description: The server's API key (empty sends none).
+    type: str
+    default: ""
+  model:
+    description: The served model name.
+    type: str
+    required: true
+  prompts:
+    description: The prompt list - the C(prompts) of C(files/fingerprint/prompts.yml) (id, kind
+      C(completion) with C(prompt), or kind C(chat) with C(messages)).
+    type: list
+    elements: dict
+    required: true
+  dtype:
+    description: The served dtype; selects the tolerance (C(float32), C(float16), C(bfloat16), or
+      a key of I(tolerances)).
+    type: str
+    default: bfloat16
+  tolerances:
+    description: Per dtype, values merged over the defaults - C(max_abs), C(mean_abs) (|delta
+      logprob| in nats), C(min_agreement), C(max_greedy_mismatch) (share of prompts), C(tie)
+      (reference margins below it are not counted for agreement). See docs/fingerprint.md.
+    type: dict
+    default: {}
+  reference_model_path:
+    description: Checkpoint directory for the transformers reference (on the module's host).
+    type: path
+  reference_cache:
+    description: JSON file keeping the transformers reference; reused when it was taken with the
+      same prompts, I(max_tokens), I(window) and checkpoint, written otherwise.
+    type: path
+  baseline:
+    description: A recorded fingerprint (this module's C(fingerprint)) to compare against.
+    type: dict
+  max_tokens:
+    description: Tokens of each greedy continuation.
+    type: int
+    default: 16
+  window:
+    description: Prompt tokens scored before the continuation (the rest of the prompt is context).
+    type: int
+    default: 32
+  meta:
+    description: Kept in the fingerprint's C(meta), e.g. model revision, stack, numerics flags.
+    type: dict
+    default: {}
+  timeout:
+    description: Seconds per request.
+    type: float
+    default: 120
+  fail_on_mismatch:
+    description: Fail when a verdict fails (otherwise return it).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - instinct.vllm.attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - instinct.vllm maintainers (@instinct-vllm)
+"""
+
+EXAMPLES = r"""
+- name: Fingerprint the node against transformers on CPU (run with the node's vLLM venv)
+  instinct.vllm.fingerprint:
+    base_url: http://127.0.0.1:8000
+    api_key: "{{ vllm_service_api_key }}"
+    model: demo
+    dtype: float32
+    prompts: "{{ (lookup('ansible.builtin.file', prompts_yml) | from_yaml).prompts }}"
+    reference_model_path: /srv/models/demo
+  vars:
+    prompts_yml: "{{ playbook_dir }}/../files/fingerprint/prompts.yml"
+    ansible_python_interpreter: /opt/vllm/venv/bin/python
+
+- name: Compare with the fleet baseline only
+  instinct.vllm.fingerprint:
+    base_url: http://10.0.0.11:8000
+    api_key: "{{ vllm_service_api_key }}"
+    model: gpt-oss-120B
+    prompts: "{{ fingerprint_prompts }}"
+    baseline: "{{ lookup('ansible.builtin.file', baseline_file) | from_json }}"
+  vars:
+    baseline_file: /var/lib/instinct-vllm/fingerprints/0123abcd89ef4567.json
+"""
+
+RETURN = r"""
+fingerprint:
+  description: The endpoint's fingerprint (source, model, prompts_sha256, max_tokens, window,
+    scored - per prompt the token ids, greedy text, logprobs, top ids, margins -, meta).
+  type: dict
+  returned: success
+verdicts:
+  description: Per reference (C(transformers), C(baseline)) - ok, summary, max_abs, mean_abs,
+    agreement, greedy_mismatches, tolerance, prompts (per prompt the same and its problems).
+  type: dict
+  returned: success
+ok:
+  description: Every verdict passed (true when there was no reference).
+  type: bool
+  returned: success
+reference_seconds:
+  description: Seconds the transformers reference took (0 when cached or not asked for).
+  type: float
+  returned: success
+"""
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils.fingerprint import (  # noqa: E402
+    Endpoint,
+    Refused,
+    parse_prompts,
+    references,
+    run,
+    tolerance_for,
+)
+
+SPEC = {
+    "base_url": {"type": "str", "required": True},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "model": {"type": "str", "required": True},
+    "prompts": {"type": "list", "elements": "dict", "required": True},
+    "dtype": {"type": "str", "default": "bfloat16"},
+    "tolerances": {"type": "dict", "default": {}},
+    "reference_model_path": {"type": "path"},
+    "reference_cache": {"type": "path"},
+    "baseline": {"type": "dict"},
+    "max_tokens": {"type": "int", "default": 16, "no_log": False},
+    "window": {"type": "int", "default": 32},
+    "meta": {"type": "dict", "default": {}},
+    "timeout": {"type": "float", "default": 120.0},
+    "fail_on_mismatch": {"type": "bool", "default": True},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    p = module.params
+    try:
+        prompts = parse_prompts(p["prompts"])
+        tol = tolerance_for(p["dtype"], p["tolerances"])
+        refs, seconds, written = references(
+            prompts, p["reference_model_path"], p["reference_cache"], p["baseline"],
+            p["max_tokens"], p["window"], write=not module.check_mode)
+        ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"])
+        fp, verdicts = run(ep, prompts, refs, tol, p["max_tokens"], p["window"], p["meta"])
+    except (Refused, ValueError, RuntimeError, OSError) as exc:
+        module.fail_json(msg=str(exc))
+    ok = all(v.ok for v in verdicts.values())
+    out = {
+        "changed": written, "ok": ok, "fingerprint": fp.as_dict(), "reference_seconds": seconds,
+        "verdicts": {k: v.as_dict() for k, v in verdicts.items()},
+        "msg": "; ".join(f"{k}: {v.summary}" for k, v in verdicts.items())
+        or "no reference given: recorded the endpoint's own fingerprint",
+    }
+    if ok or not p["fail_on_mismatch"]:
+        module.exit_json(**out)
+    module.fail_json(**out)
+
+
+if __name__ == "__main__":
+    main()
