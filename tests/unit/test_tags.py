@@ -18,15 +18,19 @@ ROLES = ("preflight", "rocm", "vllm", "model", "vllm_service", "gateway", "monit
 LISTED = re.compile(r"^\s{6}(?:(?P<role>[\w.]+) : )?(?P<name>.+?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
 
 
+def node_sequence() -> list[dict]:
+    """playbooks/tasks/node.yml: the node sequence site.yml and rolling_update.yml import."""
+    return yaml.safe_load((ROOT / "playbooks" / "tasks" / "node.yml").read_text())
+
+
 def main_tasks(role: str) -> list[dict]:
     return yaml.safe_load((ROOT / "roles" / role / "tasks" / "main.yml").read_text())
 
 
 def role_tags(role: str) -> set[str]:
-    """The tags role's tasks/main.yml uses, and those site.yml applies to its includes."""
+    """The tags role's tasks/main.yml uses, and those the node sequence applies to its includes."""
     tags = {t for task in main_tasks(role) for t in task.get("tags", [])}
-    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
-    for task in site[0]["tasks"]:
+    for task in node_sequence():
         include = task.get("ansible.builtin.include_role", {})
         if include.get("name") == f"instinct.vllm.{role}":
             tags |= set(include.get("apply", {}).get("tags", []))
@@ -114,10 +118,9 @@ def test_preflight_playbook_runs_preflight_only() -> None:
     assert not [n for r, n, _tags in skipped if r == "preflight"]
 
 
-def test_site_includes_let_tags_reach_the_roles() -> None:
+def test_node_sequence_includes_let_tags_reach_the_roles() -> None:
     """Ansible skips an untagged include_role under --tags, and with it the whole role."""
-    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
-    includes = [t for t in site[0]["tasks"] if "ansible.builtin.include_role" in t]
+    includes = [t for t in node_sequence() if "ansible.builtin.include_role" in t]
     assert len(includes) >= 5
     for task in includes:
         assert "always" in task.get("tags", []), task["name"]

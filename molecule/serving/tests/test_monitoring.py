@@ -89,7 +89,15 @@ def test_every_target_is_up(host):
         return jobs if set(jobs.values()) == {"up"} else None
 
     jobs = wait_for("all targets up", health, 120, 2)
-    assert set(jobs) == {"prometheus", "vllm", "node"}  # cpu stack: no amd_gpu; no gateway group
+    # cpu stack: no amd_gpu; the node is its own gateway (group gateways): HAProxy's exporter
+    assert set(jobs) == {"prometheus", "vllm", "node", "gateway"}
+
+
+def test_gateway_series_from_haproxys_exporter(host):
+    """Job gateway scrapes role gateway's metrics listener: the backend's server is there, UP."""
+    expr = f'haproxy_server_status{{job="gateway", proxy="vllm", server="{NODE}", state="UP"}} == 1'
+    series = wait_for("the gateway's server status", lambda: query(host, expr), 60, 2)
+    assert {s["metric"]["node"] for s in series} == {NODE}
 
 
 def test_vllm_series_from_the_node(host):

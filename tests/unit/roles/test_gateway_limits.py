@@ -24,6 +24,7 @@ import http.client
 import ipaddress
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -181,6 +182,7 @@ def node() -> Iterator[Node]:
 @dataclass
 class Gateway:
     port: int
+    metrics_port: int
     cfg: str
     dir: Path
     context: ssl.SSLContext
@@ -246,7 +248,7 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> 
         time.sleep(0.02)
 
 
-def render(directory: Path, node_port: int, port: int) -> str:
+def render(directory: Path, node_port: int, port: int, metrics_port: int) -> str:
     play = directory / "play.yml"
     play.write_text(PLAYBOOK)
     variables = {
@@ -255,6 +257,7 @@ def render(directory: Path, node_port: int, port: int) -> str:
         "gateway_config_dir": str(directory),
         "gateway_bind_address": "127.0.0.1",
         "gateway_port": port,
+        "gateway_metrics_port": metrics_port,
         "gateway_admin_socket": str(directory / "admin.sock"),
         "gateway_server_state_file": str(directory / "server-state"),
         "gateway_api_keys": API_KEYS,
@@ -277,8 +280,8 @@ def render(directory: Path, node_port: int, port: int) -> str:
 def gateway(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     assert HAPROXY is not None
     directory = tmp_path_factory.mktemp("gateway-limits")
-    port = free_port()
-    cfg = render(directory, node.port, port)
+    port, metrics_port = free_port(), free_port()
+    cfg = render(directory, node.port, port, metrics_port)
     (directory / "haproxy.cfg").write_text(cfg)
     context = self_signed(directory)
     check = subprocess.run([HAPROXY, "-c", "-q", "-f", str(directory / "haproxy.cfg")],
@@ -288,7 +291,7 @@ def gateway(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ga
     with log.open("wb") as out:
         proc = subprocess.Popen([HAPROXY, "-db", "-f", str(directory / "haproxy.cfg")],
                                 stdout=out, stderr=subprocess.STDOUT)
-    gw = Gateway(port, cfg, directory, context, log)
+    gw = Gateway(port, metrics_port, cfg, directory, context, log)
     try:
         def ready() -> bool:
             assert proc.poll() is None, "haproxy exited:\n" + log.read_text()[-3000:]
@@ -558,3 +561,29 @@ def test_the_request_rate_limit_still_gives_429(gateway: Gateway) -> None:
     assert [s[0] for s in statuses] == [200, 200, 200, 429]
     assert statuses[3][1]["retry-after"] == "60"
     assert openai_error(statuses[3][2])["message"] == "rate limit exceeded"
+
+
+# --- the metrics listener: HAProxy's own Prometheus exporter ------------------------------------
+
+
+def metrics(gw: Gateway, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.metrics_port, timeout=TIMEOUT)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_metrics_listener_serves_haproxys_exporter(gateway: Gateway) -> None:
+    """What role monitoring scrapes (job gateway): plain HTTP /metrics on gateway_metrics_port,
+    with the backend's servers and their state; no key; any other path 404."""
+    status, text = metrics(gateway, "/metrics")
+    assert status == 200, text[:500]
+    assert re.search(r'^haproxy_server_status\{proxy="vllm",server="node1",state="UP"\} 1$',
+                     text, re.M), text[:2000]
+    assert "haproxy_process_" in text
+    assert not [k for k in [*KEYS.values(), NODE_KEY] if k in text]
+    assert metrics(gateway, "/v1/models")[0] == 404
+    assert metrics(gateway, "/")[0] == 404

@@ -1,5 +1,6 @@
 """scripts/fleet-bench report: the fleet figures (as the fleet scenario writes them) into their
-own section of docs/benchmarks.md, the rest of the file kept; scripts/bench keeps it too."""
+own section of docs/benchmarks.md, the rest of the file kept (scripts/bench does the same with
+its own section: test_bench.py)."""
 
 from __future__ import annotations
 
@@ -77,13 +78,3 @@ def test_report_refuses_figures_without_a_rollout(tmp_path):
     figures.write_text(json.dumps({"started_utc": "x"}))
     assert fb.main(["report", "--figures", str(figures), "--out", str(tmp_path / "b.md")]) == 1
 
-
-def test_scripts_bench_keeps_the_fleet_section(tmp_path):
-    bench = load("instinct_bench", ROOT / "scripts" / "bench")
-    doc = tmp_path / "benchmarks.md"
-    doc.write_text(fb.with_section("# Benchmarks\n\nold table\n", fb.section(FIGURES, "a test")))
-    kept = bench.kept_fleet_section(doc)
-    assert kept.strip().startswith(fb.BEGIN) and kept.strip().endswith(fb.END)
-    assert "old table" not in kept
-    doc.write_text("# Benchmarks\n")
-    assert bench.kept_fleet_section(doc) == ""

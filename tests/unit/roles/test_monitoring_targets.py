@@ -1,0 +1,166 @@
+"""Role monitoring's prometheus.yml for the fleet scenario's inventory: every target exists.
+
+The fleet inventory (molecule/fleet/molecule.yml: its hosts, groups, group_vars and host_vars)
+plus one Prometheus host in group monitoring. Real ansible-playbook on localhost, through two
+thin test roles that carry the real roles' defaults and vars (so the inventory overrides them
+as it would the real roles'): on each gateway, role gateway's haproxy.cfg; on the Prometheus
+host, role monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host
+of its group, at its address, on the port that host's role listens on: vLLM at
+vllm_service_port, HAProxy's exporter at the bind of haproxy.cfg's metrics frontend (served by
+use-service prometheus-exporter); and every host of those groups must be scraped.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from local_play import run_local_playbook
+
+ROOT = Path(__file__).resolve().parents[3]
+FLEET = ROOT / "molecule" / "fleet" / "molecule.yml"
+MONITOR = "fleet-mon"
+THIN_ROLES = {
+    "gateway_render": ("gateway", """
+- ansible.builtin.set_fact:
+    _gateway_backends: [{name: node, address: 127.0.0.1, port: 8000}]
+- ansible.builtin.template:
+    src: @ROOT@/roles/gateway/templates/haproxy.cfg.j2
+    dest: "@OUT@/{{ inventory_hostname }}.haproxy.cfg"
+    mode: "0600"
+  delegate_to: localhost
+"""),
+    "monitoring_render": ("monitoring", """
+- ansible.builtin.include_tasks: @ROOT@/roles/monitoring/tasks/targets.yml
+- ansible.builtin.template:
+    src: @ROOT@/roles/monitoring/templates/prometheus.yml.j2
+    dest: "@OUT@/prometheus.yml"
+    mode: "0600"
+"""),
+}
+PLAYBOOK = """
+- hosts: gateways
+  gather_facts: false
+  roles: [{roles}/gateway_render]
+- hosts: monitoring
+  gather_facts: false
+  roles: [{roles}/monitoring_render]
+"""
+
+
+def fleet_inventory() -> dict[str, Any]:
+    """The fleet scenario's inventory, every host local, plus the Prometheus host; the nodes
+    carry the facts exporters.yml sets on the cpu stack (node_exporter on, AMD's exporter off)."""
+    config = yaml.safe_load(FLEET.read_text())
+    inventory = config["provisioner"]["inventory"]
+    groups: dict[str, dict[str, Any]] = {}
+    for name, values in inventory["group_vars"].items():
+        groups.setdefault(name, {"hosts": {}})["vars"] = values
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    for platform in config["platforms"]:
+        host = {**inventory.get("host_vars", {}).get(platform["name"], {}), **local}
+        if "vllm_nodes" in platform["groups"]:
+            host |= {"_monitoring_node_exporter_on": True, "_monitoring_amd_exporter_on": False}
+        for group in platform["groups"]:
+            groups.setdefault(group, {"hosts": {}})["hosts"][platform["name"]] = host
+    groups["monitoring"] = {"hosts": {MONITOR: dict(local)}}
+    all_vars = groups.pop("all", {}).get("vars", {})
+    return {"all": {"vars": all_vars, "children": groups}}
+
+
+def thin_role(directory: Path, name: str, real: str, tasks: str, out: Path) -> None:
+    role = directory / name
+    (role / "tasks").mkdir(parents=True)
+    for part in ("defaults", "vars"):
+        (role / part).symlink_to(ROOT / "roles" / real / part)
+    (role / "tasks" / "main.yml").write_text(
+        "---" + tasks.replace("@ROOT@", str(ROOT)).replace("@OUT@", str(out))
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    tmp = tmp_path_factory.mktemp("fleet-monitoring")
+    roles, out = tmp / "roles", tmp / "out"
+    out.mkdir()
+    for name, (real, tasks) in THIN_ROLES.items():
+        thin_role(roles, name, real, tasks, out)
+    inventory = fleet_inventory()
+    (tmp / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (tmp / "play.yml").write_text(PLAYBOOK.format(roles=roles))
+    run = run_local_playbook(tmp / "play.yml", {}, inventory=str(tmp / "hosts.yml"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    return inventory, out
+
+
+def hosts_of(inventory: dict[str, Any], group: str) -> dict[str, dict[str, Any]]:
+    return inventory["all"]["children"].get(group, {}).get("hosts", {})
+
+
+def hostvar(inventory: dict[str, Any], host: str, group: str, name: str) -> Any:
+    """A host's variable from its host vars, else its group's vars, else None."""
+    host_vars = hosts_of(inventory, group)[host]
+    group_vars = inventory["all"]["children"][group].get("vars", {})
+    return host_vars.get(name, group_vars.get(name))
+
+
+def role_default(role: str, name: str) -> Any:
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
+
+
+def targets(out: Path, job: str) -> dict[str, str]:
+    """node label -> host:port of one job of the rendered prometheus.yml."""
+    config = yaml.safe_load((out / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    assert job in jobs, f"prometheus.yml has no job {job}: {sorted(jobs)}"
+    found = {}
+    for static in jobs[job]["static_configs"]:
+        for target in static["targets"]:
+            found[static["labels"]["node"]] = target
+    return found
+
+
+def metrics_bind(cfg: str) -> str:
+    """host:port of haproxy.cfg's frontend that serves prometheus-exporter at /metrics."""
+    for section in re.split(r"\n(?=\S)", cfg):
+        if "use-service prometheus-exporter if { path /metrics }" in section:
+            bind = re.search(r"^\s+bind (\S+)", section, re.M)
+            assert bind, section
+            return bind.group(1)
+    raise AssertionError("haproxy.cfg has no frontend with use-service prometheus-exporter")
+
+
+def test_every_gateway_is_scraped_where_its_haproxy_exports(rendered) -> None:
+    inventory, out = rendered
+    gateways = hosts_of(inventory, "gateways")
+    assert gateways, "the fleet inventory has no gateway"
+    found = targets(out, "gateway")
+    assert set(found) == set(gateways)
+    for host, target in found.items():
+        address, _, port = target.rpartition(":")
+        assert address == (hostvar(inventory, host, "gateways", "ansible_host") or host)
+        cfg = (out / f"{host}.haproxy.cfg").read_text()
+        assert metrics_bind(cfg).rpartition(":")[2] == port, f"{host}: {target} vs haproxy.cfg"
+
+
+def test_every_node_is_scraped_where_vllm_listens(rendered) -> None:
+    inventory, out = rendered
+    nodes = hosts_of(inventory, "vllm_nodes")
+    assert len(nodes) == 2
+    for job in ("vllm", "node"):
+        assert set(targets(out, job)) == set(nodes), job
+    for host, target in targets(out, "vllm").items():
+        address, _, port = target.rpartition(":")
+        assert address == (hostvar(inventory, host, "vllm_nodes", "ansible_host") or host)
+        expected = hostvar(inventory, host, "vllm_nodes", "vllm_service_port")
+        assert int(port) == int(expected or role_default("vllm_service", "vllm_service_port"))
+
+
+def test_monitoring_falls_back_to_the_gateway_roles_metrics_port() -> None:
+    """A gateway without a gateway_metrics_port hostvar is scraped at role gateway's default."""
+    assert role_default("monitoring", "monitoring_gateway_port") == role_default(
+        "gateway", "gateway_metrics_port")
