@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Print the key of a converged node's vLLM virtualenv: what built it, hashed.
 
 The key covers the roles and plugins that install it, the stack matrix and locks, the

@@ -197,7 +197,7 @@ def _deltas(result: dict[str, Any]) -> dict[str, Any]:
 def test_served_demo_agrees_with_transformers(work: Path, models: dict[str, Path],
                                               server: Server) -> None:
     server.serve(models["demo"])
-    first, _ = fingerprint(work, models["demo"], "demo-r1")  # computes the reference
+    first, _output = fingerprint(work, models["demo"], "demo-r1")  # computes the reference
     assert first.returncode == 0, first.stdout[-4000:]
     again, seconds = fingerprint(work, models["demo"], "demo-r1")  # reference cached, baseline
     assert again.returncode == 0, again.stdout[-4000:]
@@ -213,7 +213,7 @@ def test_served_demo_agrees_with_transformers(work: Path, models: dict[str, Path
 def test_scaled_layer_fails_against_reference_and_baseline(work: Path, models: dict[str, Path],
                                                            server: Server) -> None:
     server.serve(models["scaled"])
-    run, _ = fingerprint(work, models["demo"], "demo-r1")
+    run, _output = fingerprint(work, models["demo"], "demo-r1")
     assert run.returncode != 0
     assert "differs from its reference" in run.stdout
     result = _module_result(run.stdout)
@@ -225,6 +225,6 @@ def test_scaled_layer_fails_against_reference_and_baseline(work: Path, models: d
 def test_same_weights_in_a_new_directory_pass(work: Path, models: dict[str, Path],
                                               server: Server) -> None:
     server.serve(models["same"])
-    run, _ = fingerprint(work, models["demo"], "demo-r1")
+    run, _output = fingerprint(work, models["demo"], "demo-r1")
     assert run.returncode == 0, run.stdout[-4000:]
     _record("same-weights", {"verdicts": _deltas(_module_result(run.stdout))})

@@ -115,7 +115,7 @@ def test_a_piped_module_is_one_podman_exec_with_stdin() -> None:
 
 
 def test_a_plain_command_attaches_no_stdin_and_nothing_is_mounted() -> None:
-    _, conn = sandbox_connection()
+    _module, conn = sandbox_connection()
     conn._connect()
     conn.exec_command("echo ~")
     assert conn._podman.calls == [(["exec", "echo", "~"], None)]

@@ -141,7 +141,7 @@ def test_every_gateway_is_scraped_where_its_haproxy_exports(rendered) -> None:
     found = targets(out, "gateway")
     assert set(found) == set(gateways)
     for host, target in found.items():
-        address, _, port = target.rpartition(":")
+        address, _colon, port = target.rpartition(":")
         assert address == (hostvar(inventory, host, "gateways", "ansible_host") or host)
         cfg = (out / f"{host}.haproxy.cfg").read_text()
         assert metrics_bind(cfg).rpartition(":")[2] == port, f"{host}: {target} vs haproxy.cfg"
@@ -154,7 +154,7 @@ def test_every_node_is_scraped_where_vllm_listens(rendered) -> None:
     for job in ("vllm", "node"):
         assert set(targets(out, job)) == set(nodes), job
     for host, target in targets(out, "vllm").items():
-        address, _, port = target.rpartition(":")
+        address, _colon, port = target.rpartition(":")
         assert address == (hostvar(inventory, host, "vllm_nodes", "ansible_host") or host)
         expected = hostvar(inventory, host, "vllm_nodes", "vllm_service_port")
         assert int(port) == int(expected or role_default("vllm_service", "vllm_service_port"))

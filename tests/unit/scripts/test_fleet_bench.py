@@ -77,4 +77,3 @@ def test_report_refuses_figures_without_a_rollout(tmp_path):
     figures = tmp_path / "figures.json"
     figures.write_text(json.dumps({"started_utc": "x"}))
     assert fb.main(["report", "--figures", str(figures), "--out", str(tmp_path / "b.md")]) == 1
-

@@ -108,8 +108,8 @@ def test_a_shifted_endpoint_fails_the_baseline(endpoint, capsys):
     verdict = result["verdicts"]["baseline"]
     assert verdict["max_abs"] == pytest.approx(0.01)
     assert "FAILED" in result["msg"] and "max |delta logprob|" in result["msg"]
-    loose = run(capsys, endpoint, baseline=fp, tolerances={"float32": {"max_abs": 0.1,
-                                                                         "mean_abs": 0.1}})
+    tolerances = {"float32": {"max_abs": 0.1, "mean_abs": 0.1}}
+    loose = run(capsys, endpoint, baseline=fp, tolerances=tolerances)
     assert loose["ok"]
 
 
