@@ -3,11 +3,13 @@
 """Filters for vLLM server flags; the logic is in module_utils/vllm_args.
 
 Each filter is documented in the YAML file of its name beside this one (vllm_args.yml,
-systemd_argv.yml). Usage::
+vllm_flags.yml, systemd_argv.yml). Usage::
 
     vllm_service_server_flags | instinct.vllm.vllm_args
         -> ['--disable-log-stats', '--enforce-eager', '--tensor-parallel-size', '8', ...]
     vllm_service_server_flags | instinct.vllm.vllm_args(repeat=['middleware'])
+    vllm_service_flags | instinct.vllm.vllm_flags(vllm_service_flags_extra)
+        -> the effective flags, names normalised, the extra flags over the defaults
     argv_list | instinct.vllm.systemd_argv
         -> one string safe for a unit's ExecStart= (quotes, %% and $$ escaped)
 
@@ -36,6 +38,14 @@ def vllm_args(flags: Any, repeat: Any = None) -> list[str]:
         raise AnsibleFilterError(f"instinct.vllm.vllm_args: {exc}") from exc
 
 
+def vllm_flags(flags: Any, *layers: Any, names: Any = None, repeat: Any = None) -> dict[str, Any]:
+    """Flag layers (dicts, argv lists or command-line strings) -> the effective flags dict."""
+    try:
+        return va.merge_flags(flags, *layers, names=list(names or ()), repeat=repeat)
+    except va.VllmArgsError as exc:
+        raise AnsibleFilterError(f"instinct.vllm.vllm_flags: {exc}") from exc
+
+
 def systemd_quote(word: Any) -> str:
     """One argv word quoted for a systemd ExecStart= line (no variable or specifier expansion)."""
     text = str(word)
@@ -58,4 +68,4 @@ class FilterModule:
     """instinct.vllm vLLM flag filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"vllm_args": vllm_args, "systemd_argv": systemd_argv}
+        return {"vllm_args": vllm_args, "vllm_flags": vllm_flags, "systemd_argv": systemd_argv}

@@ -21,6 +21,11 @@ imported at module import time):
   - ``api_key`` is refused (the key belongs in the environment file as ``VLLM_API_KEY``), and so
     is ``model`` (the model path is given separately, never through the flags dict).
 
+* ``merge_flags`` (controller side, the filter ``instinct.vllm.vllm_flags``) merges layers of
+  flags - dicts, argv lists or command-line strings - into one dict keyed by the normalised
+  flag name, a later layer overriding an earlier one whatever the spelling
+  (``max_model_len`` / ``--max-model-len``, ``--flag=value`` / ``--flag value``).
+
 * ``check_argv`` (host side, used by the module ``instinct.vllm.vllm_args_check``, which runs
   with the vLLM virtualenv's interpreter) checks argv against a real ``argparse`` parser -
   ``load_vllm_parser`` builds vLLM's own (``make_arg_parser`` from
@@ -136,6 +141,99 @@ def flags_to_argv(
         else:
             argv.extend([option, _scalar(norm, value)])
     return argv
+
+
+# --------------------------------------------------------------------------------------------
+# Merging flag layers into the effective flags (controller side, filter instinct.vllm.vllm_flags).
+
+_INT = re.compile(r"^[+-]?[0-9]+$")
+_FLOAT = re.compile(r"^[+-]?([0-9]+[.][0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$")
+
+
+def _argv_value(text: str) -> Any:
+    """A value written on a command line, typed as YAML would type it in a dict: ``512`` ->
+    512, ``0.9`` -> 0.9; anything else stays a string."""
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    return text
+
+
+def _argv_layer(words: Sequence[Any], what: str) -> list[tuple[str, Any]]:
+    """``['--max-model-len=512', '--enforce-eager', '--tensor-parallel-size', '8']`` ->
+    ``[('max-model-len', 512), ('enforce-eager', True), ('tensor-parallel-size', 8)]``."""
+    pairs: list[tuple[str, Any]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not isinstance(word, str) or not word.startswith("--"):
+            raise VllmArgsError(f"{what}: {word!r} is not a flag (--name or --name=value)")
+        i += 1
+        if "=" in word:
+            name, text = word.split("=", 1)
+            pairs.append((normalize_flag(name), _argv_value(text)))
+            continue
+        values: list[Any] = []
+        while i < len(words) and not (
+            isinstance(words[i], str) and words[i].startswith("--")
+        ):
+            values.append(_argv_value(str(words[i])))
+            i += 1
+        value: Any = True if not values else values[0] if len(values) == 1 else values
+        pairs.append((normalize_flag(word), value))
+    return pairs
+
+
+def _layer_pairs(layer: Any, what: str) -> list[tuple[str, Any]]:
+    if layer is None:
+        return []
+    if isinstance(layer, Mapping):
+        return [(normalize_flag(key), value) for key, value in layer.items()]
+    if isinstance(layer, str):
+        import shlex
+
+        return _argv_layer(shlex.split(layer), what)
+    if isinstance(layer, (list, tuple)):
+        return _argv_layer(layer, what)
+    raise VllmArgsError(
+        f"{what} must be a dict of flags, a list of argv words or a command-line string, "
+        f"got {type(layer).__name__}"
+    )
+
+
+def _one_layer(layer: Any, what: str, repeat: frozenset[str]) -> dict[str, Any]:
+    """One layer as a dict keyed by the normalised flag name; a flag given twice is an error
+    (two spellings in one dict, or twice on one command line), except the ``repeat`` flags,
+    whose values are collected into a list."""
+    flags: dict[str, Any] = {}
+    for name, value in _layer_pairs(layer, what):
+        if name in FORBIDDEN_FLAGS:
+            raise VllmArgsError(f"{what}: flag --{name} is not allowed: {FORBIDDEN_FLAGS[name]}")
+        if name in flags and name in repeat:
+            before = flags[name] if isinstance(flags[name], list) else [flags[name]]
+            flags[name] = before + (list(value) if isinstance(value, list) else [value])
+        elif name in flags:
+            raise VllmArgsError(f"{what} gives the flag --{name} twice")
+        else:
+            flags[name] = value
+    return flags
+
+
+def merge_flags(
+    base: Any, *layers: Any, names: Sequence[str] = (), repeat: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """The effective server flags: ``base`` then each of ``layers`` over it, every layer a
+    dict, a list of argv words or a command-line string; names normalised (``--max_model_len``,
+    ``max-model-len`` -> ``max-model-len``), ``--flag=value`` read as ``--flag value``, a later
+    layer's flag replacing an earlier one whatever its spelling. ``names`` name the layers in
+    error messages (default ``flags``, ``layer 1``...). Sorted by flag name."""
+    repeat_set = frozenset(normalize_flag(r) for r in (repeat or ())) | DEFAULT_REPEAT_FLAGS
+    merged: dict[str, Any] = {}
+    for index, layer in enumerate((base, *layers)):
+        what = names[index] if index < len(names) else ("flags" if index == 0 else f"layer {index}")
+        merged.update(_one_layer(layer, what, repeat_set))
+    return dict(sorted(merged.items()))
 
 
 # --------------------------------------------------------------------------------------------
