@@ -2,7 +2,8 @@
 
 Publishes role vllm's fact vllm_attention with that role's own task (tasks/attention.yml),
 checks the inputs against the role's meta/argument_specs.yml (what Ansible does before the
-main entry point; tasks_from skips it, so the play does it here), runs the role's assert.yml
+main entry point; tasks_from skips it, so the play does it here), publishes the serving facts
+(tasks_from publish, as the playbooks do), runs the role's assert.yml
 (the rules a spec cannot say + argv and environment building) and renders
 templates/vllm.service.j2 into a temp dir, then reads the unit back as systemd would split
 ExecStart.
@@ -35,8 +36,16 @@ PLAYBOOK = """
         spec_path: "{{ repo }}/roles/vllm_service/meta/argument_specs.yml"
     - ansible.builtin.include_role:
         name: instinct.vllm.vllm_service
+        tasks_from: publish
+        public: true
+    - ansible.builtin.include_role:
+        name: instinct.vllm.vllm_service
         tasks_from: assert.yml
         public: true
+    - ansible.builtin.copy:
+        content: "{{ vllm_service_resolved | to_json }}"
+        dest: "{{ out }}/resolved.json"
+        mode: "0644"
     - ansible.builtin.template:
         src: "{{ repo }}/roles/vllm_service/templates/vllm.service.j2"
         dest: "{{ out }}/vllm.service"
@@ -113,6 +122,38 @@ def test_flags_extra_and_environment(tmp_path: Path) -> None:
     assert "HF_HUB_OFFLINE=1" in env
 
 
+def test_extra_flags_replace_the_defaults_whatever_the_spelling(tmp_path: Path) -> None:
+    """The MI300X defaults say max-model-len 32768; the extra flags, on a command line with
+    another spelling, replace it (and the port, which the published fact then carries)."""
+    run, unit = render(
+        tmp_path, vllm_service_flags_extra="--max_model_len=512 --port 8100"
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    assert argv.count("--max-model-len") == 1 and "--max_model_len" not in argv
+    assert argv[argv.index("--max-model-len") + 1] == "512"
+    assert argv[argv.index("--port") + 1] == "8100"
+    resolved = json.loads((tmp_path / "resolved.json").read_text())
+    assert resolved["flags"]["max-model-len"] == 512 and "max_model_len" not in resolved["flags"]
+    assert resolved["flags"]["tensor-parallel-size"] == 8
+    assert resolved["port"] == 8100 and resolved["url"] == "http://127.0.0.1:8100"
+    assert resolved["argv"] == argv[argv.index("/srv/models/my model") + 1 :]
+
+
+def test_the_published_facts(tmp_path: Path) -> None:
+    run, _ = render(tmp_path, vllm_service_name="vllm-b", vllm_service_host="::1",
+                    vllm_service_served_model_name="", vllm_venv_path="/opt/other")
+    assert run.returncode == 0, run.stdout[-2000:]
+    resolved = json.loads((tmp_path / "resolved.json").read_text())
+    assert resolved["unit"] == "vllm-b.service"
+    assert resolved["unit_file"] == "/etc/systemd/system/vllm-b.service"
+    assert resolved["env_file"] == "/etc/vllm/vllm-b.env"
+    assert resolved["python"] == "/opt/other/bin/python" and resolved["venv"] == "/opt/other"
+    assert resolved["served_model_name"] == resolved["model"] == "/srv/models/my model"
+    assert resolved["url"] == "http://[::1]:8000" and resolved["port"] == 8000
+    assert "api_key" not in json.dumps(resolved) and "unit-test-key" not in json.dumps(resolved)
+
+
 # --- attention: role vllm's fact vllm_attention in the server's environment --------------------
 
 TRITON = "VLLM_USE_TRITON_FLASH_ATTN"
@@ -166,7 +207,9 @@ def test_without_ck_the_users_triton_choice_stands(tmp_path: Path) -> None:
         ({"vllm_service_api_key": "short"}, "vllm_service_api_key"),
         ({"vllm_service_model": ""}, "vllm_service_model"),
         ({"vllm_service_launcher": "docker"}, "vllm_service_launcher"),
-        ({"vllm_service_flags": {"api_key": "x" * 20}}, "api_key"),
+        ({"vllm_service_flags": {"api_key": "x" * 20}}, "vllm_service_flags: flag --api-key is not allowed"),
+        ({"vllm_service_flags_extra": "--max-model-len=1 --max_model_len 2"},
+         "vllm_service_flags_extra gives the flag --max-model-len twice"),
     ],
 )
 def test_bad_input_fails_naming_the_variable(tmp_path: Path, extra: dict, needle: str) -> None:
