@@ -1,7 +1,7 @@
 """Role preflight's sliding-window rule, wired as a site's inventory sets it: role vllm's
 vllm_source_ck_flash_attention and role vllm_service's vllm_service_environment reach the check
-through the role's defaults (preflight_ck_flash_attention, preflight_service_environment) and
-vars (_preflight_settings). One local play, one inventory host per case; the role's own
+through the role's defaults (preflight_ck_flash_attention, preflight_service_environment,
+preflight_max_model_len: role vllm_service's published fact) and vars (_preflight_settings). One local play, one inventory host per case; the role's own
 defaults and vars (include_role public), its filter over given host and GPU facts."""
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ CASES: dict[str, dict[str, Any]] = {
     },
     "ck_on_forced": {"vllm_source_ck_flash_attention": True, "vllm_service_environment": FORCED},
     "ck_off_forced": {"vllm_service_environment": FORCED},
+    # the extra flags, in another spelling, cap the context at the window: it never slides
+    "ck_off_capped": {"vllm_service_flags_extra": {"max_model_len": 4096}},
 }
 
 
@@ -49,6 +51,8 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         "hosts": "all",
         "gather_facts": False,
         "tasks": [
+            {"ansible.builtin.include_role": {
+                "name": "instinct.vllm.vllm_service", "tasks_from": "publish", "public": True}},
             {"ansible.builtin.include_role": {
                 "name": "instinct.vllm.preflight", "tasks_from": "assert.yml", "public": True}},
             {"ansible.builtin.copy": {
@@ -77,6 +81,7 @@ def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
         ("ck_on_zero", True),
         ("ck_on_forced", False),
         ("ck_off_forced", False),
+        ("ck_off_capped", True),
     ],
 )
 def test_a_sliding_window_model_needs_ck_installed_and_not_forced_off(
