@@ -175,9 +175,7 @@ def _argv_layer(words: Sequence[Any], what: str) -> list[tuple[str, Any]]:
             pairs.append((normalize_flag(name), _argv_value(text)))
             continue
         values: list[Any] = []
-        while i < len(words) and not (
-            isinstance(words[i], str) and words[i].startswith("--")
-        ):
+        while i < len(words) and not (isinstance(words[i], str) and words[i].startswith("--")):
             values.append(_argv_value(str(words[i])))
             i += 1
         value: Any = True if not values else values[0] if len(values) == 1 else values

@@ -36,6 +36,8 @@ def node(podman_hostvars):
             instinct_vllm_stack="cpu",
             vllm_service_api_key=KEY,
             vllm_service_served_model_name=MODEL,
+            # the model (the tokenizer), as the scenario's inventory says it
+            vllm_service_model="/srv/models/demo-gptoss-legacy",
         )
     }
 

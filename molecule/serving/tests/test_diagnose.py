@@ -16,7 +16,8 @@ KEY = "serving-scenario-key-9f3c27d1e8b4"
 def test_archive_without_the_key_and_a_verdict(tmp_path, ansible_run, podman_hostvars):
     hosts = {
         "serving-node": podman_hostvars(
-            "serving-node", instinct_vllm_stack="cpu", vllm_service_api_key=KEY
+            "serving-node", instinct_vllm_stack="cpu", vllm_service_api_key=KEY,
+            vllm_service_model="/srv/models/demo-gptoss-legacy",
         )
     }
     run = ansible_run(

@@ -1,8 +1,10 @@
 """Role preflight's sliding-window rule, wired as a site's inventory sets it: role vllm's
-vllm_source_ck_flash_attention and role vllm_service's vllm_service_environment reach the check
-through the role's defaults (preflight_ck_flash_attention, preflight_service_environment,
-preflight_max_model_len: role vllm_service's published fact) and vars (_preflight_settings). One local play, one inventory host per case; the role's own
-defaults and vars (include_role public), its filter over given host and GPU facts."""
+vllm_source_ck_flash_attention and role vllm_service's vllm_service_environment and flags reach
+the check through the role's defaults (preflight_ck_flash_attention,
+preflight_service_environment, preflight_max_model_len: role vllm_service's published fact
+vllm_service_resolved) and vars (_preflight_settings). One local play, one inventory host per
+case; the role's own defaults and vars (include_role public), its filter over given host and
+GPU facts."""
 
 from __future__ import annotations
 
