@@ -59,6 +59,34 @@ def choose_entry_point(requested: str, vllm_version: str) -> str:
     return "cli" if version_tuple(vllm_version)[:2] >= CLI_SINCE else "legacy"
 
 
+#: Prints the installed vLLM's version (its distribution metadata) with the venv's python.
+VERSION_PROBE = "import importlib.metadata as m; print(m.version('vllm'))"
+
+
+def installed_version(venv: str, run: Callable[..., Any] = subprocess.run) -> str:
+    """The vLLM version installed in ``venv`` (its metadata, as pip sees it)."""
+    try:
+        probe = run(
+            [f"{venv}/bin/python", "-c", VERSION_PROBE], capture_output=True, text=True,
+            check=False, timeout=120,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchError(f"{venv}: cannot read the installed vLLM version: {exc}") from None
+    lines = (probe.stdout or "").strip().splitlines()
+    if probe.returncode != 0 or not lines:
+        tail = " | ".join((probe.stderr or "").strip().splitlines()[-2:])
+        raise BenchError(f"{venv}: vLLM is not installed there (no version): {tail}")
+    return lines[-1].strip()
+
+
+def plan(
+    requested: str, vllm_version: str, venv: str, run: Callable[..., Any] = subprocess.run
+) -> tuple[str, str]:
+    """(entry point, vLLM version): the version read from ``venv`` when not given."""
+    version = vllm_version or installed_version(venv, run)
+    return choose_entry_point(requested, version), version
+
+
 @dataclass(frozen=True)
 class Target:
     """Where and what to benchmark."""

@@ -16,7 +16,9 @@ description:
     and saves each level's result JSON in I(result_dir).
   - The entry point is the one the installed vLLM has - C(vllm bench serve) on current vLLM,
     C(benchmarks/benchmark_serving.py) from the sdist (I(script)) on the 0.6.x line, where
-    a stand-in C(datasets) module is put on PYTHONPATH when the venv has none.
+    a stand-in C(datasets) module is put on PYTHONPATH when the venv has none. The module
+    decides it (from I(vllm_version), read from the venv when empty); with I(plan) it only
+    says which, so a playbook can provide the script first.
   - The benchmark's output is appended to I(log) while it runs (the playbook tails it); run
     the module with C(async) and C(poll=0) to show progress.
   - The API key goes to the benchmark as OPENAI_API_KEY in its environment, never in argv.
@@ -31,29 +33,31 @@ options:
     choices: [auto, cli, legacy]
     default: auto
   vllm_version:
-    description: The installed vLLM version (for C(auto)).
+    description: The installed vLLM version (for C(auto)); empty reads it from I(venv).
     type: str
     default: ""
+  plan:
+    description: Only return I(entry_point) and I(vllm_version), run nothing (the other
+      options are then not needed).
+    type: bool
+    default: false
   script:
     description: benchmark_serving.py (C(legacy) only); its directory must hold
       backend_request_func.py too.
     type: path
   label:
-    description: Name of the target in result file names (C(<label>-c<N>.json)).
+    description: Name of the target in result file names (C(<label>-c<N>.json)). Required
+      unless I(plan).
     type: str
-    required: true
   base_url:
-    description: The endpoint, e.g. C(http://127.0.0.1:8000).
+    description: The endpoint, e.g. C(http://127.0.0.1:8000). Required unless I(plan).
     type: str
-    required: true
   model:
-    description: The served model name.
+    description: The served model name. Required unless I(plan).
     type: str
-    required: true
   tokenizer:
-    description: Tokenizer directory on the node (the model directory).
+    description: Tokenizer directory on the node (the model directory). Required unless I(plan).
     type: path
-    required: true
   endpoint:
     description: API path.
     type: str
@@ -63,18 +67,15 @@ options:
     type: str
     default: ""
   input_len:
-    description: Random prompt length in tokens.
+    description: Random prompt length in tokens. Required unless I(plan).
     type: int
-    required: true
   output_len:
-    description: Tokens generated per request (with ignore_eos).
+    description: Tokens generated per request (with ignore_eos). Required unless I(plan).
     type: int
-    required: true
   concurrency:
-    description: The sweep's concurrency levels, in order.
+    description: The sweep's concurrency levels, in order. Required unless I(plan).
     type: list
     elements: int
-    required: true
   num_prompts:
     description: Prompts per level, one per concurrency level (empty - computed from
       I(prompts_per_concurrency) and I(min_prompts)).
@@ -99,13 +100,11 @@ options:
     elements: str
     default: []
   result_dir:
-    description: Where the result JSON files go.
+    description: Where the result JSON files go. Required unless I(plan).
     type: path
-    required: true
   log:
-    description: The benchmark's output (appended).
+    description: The benchmark's output (appended). Required unless I(plan).
     type: path
-    required: true
   shim_dir:
     description: Directory for the stand-in C(datasets) module (C(legacy) only).
     type: path
@@ -125,6 +124,12 @@ author:
 """
 
 EXAMPLES = r"""
+- name: Which entry point the installed vLLM has (cli or legacy)
+  instinct.vllm.vllm_bench_sweep:
+    plan: true
+    venv: /opt/vllm/venv
+  register: bench_plan
+
 - name: Benchmark the node's own endpoint
   instinct.vllm.vllm_bench_sweep:
     label: "{{ inventory_hostname }}"
@@ -144,7 +149,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 entry_point:
-  description: The entry point used (cli or legacy).
+  description: The entry point used (or, with I(plan), to use), cli or legacy.
+  type: str
+  returned: success
+vllm_version:
+  description: The vLLM version the entry point was chosen for.
   type: str
   returned: success
 datasets_shim:
@@ -171,10 +180,23 @@ from ansible_collections.instinct.vllm.plugins.module_utils.vllm_bench import ( 
     Workload,
     as_dicts,
     bench_env,
-    choose_entry_point,
     num_prompts_for,
+    plan,
     run_sweep,
 )
+
+#: What a sweep needs (the module's plan mode needs none of them).
+SWEEP_OPTIONS = [
+    "label",
+    "base_url",
+    "model",
+    "tokenizer",
+    "input_len",
+    "output_len",
+    "concurrency",
+    "result_dir",
+    "log",
+]
 
 
 def _needs_shim(venv: str) -> bool:
@@ -190,29 +212,37 @@ def main() -> None:
             "venv": {"type": "path", "default": "/opt/vllm/venv"},
             "entry_point": {"type": "str", "default": "auto", "choices": ["auto", "cli", "legacy"]},
             "vllm_version": {"type": "str", "default": ""},
+            "plan": {"type": "bool", "default": False},
             "script": {"type": "path"},
-            "label": {"type": "str", "required": True},
-            "base_url": {"type": "str", "required": True},
-            "model": {"type": "str", "required": True},
-            "tokenizer": {"type": "path", "required": True},
+            "label": {"type": "str"},
+            "base_url": {"type": "str"},
+            "model": {"type": "str"},
+            "tokenizer": {"type": "path"},
             "endpoint": {"type": "str", "default": "/v1/completions"},
             "api_key": {"type": "str", "default": "", "no_log": True},
-            "input_len": {"type": "int", "required": True},
-            "output_len": {"type": "int", "required": True},
-            "concurrency": {"type": "list", "elements": "int", "required": True},
+            "input_len": {"type": "int"},
+            "output_len": {"type": "int"},
+            "concurrency": {"type": "list", "elements": "int"},
             "num_prompts": {"type": "list", "elements": "int", "default": []},
             "prompts_per_concurrency": {"type": "int", "default": 8},
             "min_prompts": {"type": "int", "default": 32},
             "seed": {"type": "int", "default": 0},
             "extra_args": {"type": "list", "elements": "str", "default": []},
-            "result_dir": {"type": "path", "required": True},
-            "log": {"type": "path", "required": True},
+            "result_dir": {"type": "path"},
+            "log": {"type": "path"},
             "shim_dir": {"type": "path"},
             "run_timeout": {"type": "int", "default": 3600},
         },
+        required_if=[("plan", False, SWEEP_OPTIONS)],
         supports_check_mode=False,
     )
     p = module.params
+    try:
+        entry, version = plan(p["entry_point"], p["vllm_version"], p["venv"])
+    except BenchError as exc:
+        module.fail_json(msg=str(exc))
+    if p["plan"]:
+        module.exit_json(changed=False, entry_point=entry, vllm_version=version)
     if not p["num_prompts"]:
         p["num_prompts"] = num_prompts_for(
             p["concurrency"], p["prompts_per_concurrency"], p["min_prompts"]
@@ -220,10 +250,9 @@ def main() -> None:
     if len(p["concurrency"]) != len(p["num_prompts"]) or not p["concurrency"]:
         module.fail_json(msg="concurrency and num_prompts must be non-empty lists of one length")
     try:
-        entry = choose_entry_point(p["entry_point"], p["vllm_version"])
         if entry == "legacy" and not (p["script"] and Path(p["script"]).is_file()):
             raise BenchError(
-                f"vLLM {p['vllm_version']}: benchmark_serving.py not found (script: {p['script']})"
+                f"vLLM {version}: benchmark_serving.py not found (script: {p['script']})"
             )
         shim = None
         if entry == "legacy" and p["shim_dir"] and _needs_shim(p["venv"]):
@@ -242,7 +271,10 @@ def main() -> None:
         )  # fmt: skip
     except (BenchError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, entry_point=entry, datasets_shim=bool(shim), runs=as_dicts(runs))
+    module.exit_json(
+        changed=True, entry_point=entry, vllm_version=version, datasets_shim=bool(shim),
+        runs=as_dicts(runs),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

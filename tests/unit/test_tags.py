@@ -113,11 +113,11 @@ def test_preflight_playbook_runs_preflight_only() -> None:
     playbook = ROOT / "playbooks" / "preflight.yml"
     listed = list_tasks(playbook, "--tags", "preflight")
     assert task_names("preflight", "check.yml") <= {n for r, n, _tags in listed if r == "preflight"}
-    # --list-tasks names no role for an include_role: role preflight's include of role
-    # vllm_service's publish (the serving facts; it changes nothing)
+    # preflight's dependencies (the stack, the serving facts); --list-tasks names no role for
+    # an include_role: role vllm_service_facts' include of role vllm_service's publish
     assert {entry[0] or entry[1] for entry in listed} == {
-        "stack", "preflight", "Publish the serving facts the checks read (role vllm_service, "
-        "entry point publish)"}
+        "stack", "vllm_service_facts", "preflight",
+        "Publish the node's serving facts (role vllm_service, entry point publish)"}
     skipped = list_tasks(playbook, "--skip-tags", "preflight")
     assert not [n for r, n, _tags in skipped if r == "preflight"]
 

@@ -50,7 +50,8 @@ def test_map_names_the_groups_the_plays_run_on():
     site = next(line for line in table.splitlines()
                 if line.startswith("| `playbooks/site.yml` | Prepare"))
     assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
-    assert site.endswith("| stack, preflight, rocm, vllm, model, vllm_service (publish), "
+    assert site.endswith("| stack, vllm_service_facts, preflight, rocm, vllm, model, "
+                         "vllm_service (publish), "
                          "vllm (contract), vllm_service |")
 
 

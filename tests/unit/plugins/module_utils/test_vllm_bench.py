@@ -103,3 +103,40 @@ def test_sweep_stops_at_a_failed_level(tmp_path: Path) -> None:
     with pytest.raises(vb.BenchError, match="without a result file"):
         vb.run_sweep("cli", "/v", "", TARGET, WORK, str(tmp_path / "r2"), str(tmp_path / "l"),
                      env, 60, runner=_fake_runner(writes=False))  # fmt: skip
+
+
+# --- the entry point, decided here once (the role only asks: plan) ----------------------------
+
+
+class _Probe:
+    """Stands in for subprocess.run: the venv's python printing a version (or failing)."""
+
+    def __init__(self, stdout: str, rc: int = 0, stderr: str = "") -> None:
+        self.stdout, self.returncode, self.stderr = stdout, rc, stderr
+        self.argv: list[str] = []
+
+    def __call__(self, argv: list[str], **_kwargs: object) -> _Probe:
+        self.argv = argv
+        return self
+
+
+@pytest.mark.parametrize(("printed", "entry"), [("0.6.6.post1\n", "legacy"),
+                                                ("0.32.0+cpu\n", "cli"), ("0.10.1", "cli")])
+def test_plan_reads_the_installed_version_and_picks_the_entry_point(printed: str,
+                                                                    entry: str) -> None:
+    probe = _Probe(printed)
+    assert vb.plan("auto", "", "/opt/v", probe) == (entry, printed.strip())
+    assert probe.argv[:2] == ["/opt/v/bin/python", "-c"] and "version('vllm')" in probe.argv[2]
+
+
+def test_plan_uses_a_given_version_without_asking_the_venv() -> None:
+    def never(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the venv was asked")
+
+    assert vb.plan("auto", "0.9.2", "/opt/v", never) == ("legacy", "0.9.2")
+    assert vb.plan("cli", "0.6.6", "/opt/v", never) == ("cli", "0.6.6")
+
+
+def test_plan_fails_naming_the_venv_without_vllm() -> None:
+    with pytest.raises(vb.BenchError, match="/opt/v: vLLM is not installed there"):
+        vb.plan("auto", "", "/opt/v", _Probe("", 1, "PackageNotFoundError: vllm"))
