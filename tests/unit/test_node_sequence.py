@@ -1,5 +1,5 @@
-"""One node sequence: site.yml and rolling_update.yml take a node through the same roles,
-from playbooks/tasks/node.yml, and neither names one of those roles itself (docs/gateway.md,
+"""One node sequence: site.yml and rolling_update.yml (role rollout) take a node through the
+same roles, from role node, and neither names one of those roles itself (docs/gateway.md,
 "Rolling update", step 3)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
+ROLES = ROOT / "roles"
 NODE_ROLES = ("preflight", "rocm", "vllm", "model", "vllm_service")
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 TASK_FILES = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks")
@@ -44,18 +45,26 @@ def _node_play(playbook: str) -> dict[str, Any]:
 
 
 def test_node_sequence_runs_every_role_and_the_contract_in_order() -> None:
-    sequence = yaml.safe_load((PLAYBOOKS / "tasks" / "node.yml").read_text())
+    sequence = yaml.safe_load((ROLES / "node" / "tasks" / "main.yml").read_text())
     assert _roles(sequence) == [
         "preflight", "rocm", "vllm", "model", "vllm_service:publish", "vllm:contract",
         "vllm_service"]
 
 
-@pytest.mark.parametrize("playbook", ["site.yml", "rolling_update.yml"])
-def test_playbook_imports_the_node_sequence_and_names_no_node_role(playbook: str) -> None:
-    tasks = _tasks(_node_play(playbook)["tasks"])
-    imported = [t[k] for t in tasks for k in TASK_FILES if k in t]
-    assert imported.count("tasks/node.yml") == 1, f"{playbook} does not import tasks/node.yml once"
+def _site_tasks() -> list[dict[str, Any]]:
+    return _node_play("site.yml")["tasks"]
+
+
+def _rollout_tasks() -> list[dict[str, Any]]:
+    play = _node_play("rolling_update.yml")
+    assert [r["role"] for r in play["roles"]] == ["instinct.vllm.rollout"]
+    return yaml.safe_load((ROLES / "rollout" / "tasks" / "main.yml").read_text())
+
+
+@pytest.mark.parametrize("where", [_site_tasks, _rollout_tasks], ids=["site.yml", "rollout"])
+def test_both_include_the_node_sequence_and_name_no_node_role(where: Any) -> None:
+    found = _roles(where())
+    assert found.count("node") == 1, f"{where.__name__}: role node not included once: {found}"
     # publishing the serving facts (vllm_service:publish) changes nothing on a node
-    named = [r for r in _roles(tasks)
-             if r.split(":")[0] in NODE_ROLES and r != "vllm_service:publish"]
-    assert not named, f"{playbook} runs {named} itself, outside the node sequence"
+    named = [r for r in found if r.split(":")[0] in NODE_ROLES and r != "vllm_service:publish"]
+    assert not named, f"{where.__name__} runs {named} itself, outside the node sequence"

@@ -19,8 +19,8 @@ LISTED = re.compile(r"^\s{6}(?:(?P<role>[\w.]+) : )?(?P<name>.+?)\tTAGS: \[(?P<t
 
 
 def node_sequence() -> list[dict]:
-    """playbooks/tasks/node.yml: the node sequence site.yml and rolling_update.yml import."""
-    return yaml.safe_load((ROOT / "playbooks" / "tasks" / "node.yml").read_text())
+    """Role node: the node sequence site.yml and role rollout include."""
+    return yaml.safe_load((ROOT / "roles" / "node" / "tasks" / "main.yml").read_text())
 
 
 def main_tasks(role: str) -> list[dict]:
