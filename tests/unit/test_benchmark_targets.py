@@ -1,4 +1,4 @@
-"""playbooks/benchmark.yml's gateway target, from its own play variables: the first host of the
+"""Role benchmark's gateway target, from its own defaults and vars: the first host of the
 gateway group (instinct_vllm_gateway_group, default gateways, as gateway.yml and
 rolling_update.yml) gives the URL and the first clear client key; without the group there is no
 gateway run and the nodes' key stays the default."""
@@ -34,13 +34,15 @@ INVENTORY = {
 
 
 def targets(tmp_path: Path, group: str, extra: dict[str, Any]) -> dict[str, Any]:
-    play = yaml.safe_load((ROOT / "playbooks" / "benchmark.yml").read_text())[0]
+    role = ROOT / "roles" / "benchmark"
+    variables = {**yaml.safe_load((role / "defaults" / "main.yml").read_text()),
+                 **yaml.safe_load((role / "vars" / "main.yml").read_text())}
     out = tmp_path / "targets.json"
     probe = [{
-        "name": "benchmark.yml's target variables",
+        "name": "role benchmark's target variables",
         "hosts": "vllm_nodes",
         "gather_facts": False,
-        "vars": {k: play["vars"][k] for k in WANTED},
+        "vars": {k: variables[k] for k in WANTED},
         "tasks": [{"ansible.builtin.copy": {
             "dest": str(out), "mode": "0600",
             "content": "{{ {'url': benchmark_gateway_url | trim, 'key': benchmark_gateway_api_key"

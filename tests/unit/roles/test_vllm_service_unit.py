@@ -142,7 +142,8 @@ def test_extra_flags_replace_the_defaults_whatever_the_spelling(tmp_path: Path) 
 
 def test_the_published_facts(tmp_path: Path) -> None:
     run, _ = render(tmp_path, vllm_service_name="vllm-b", vllm_service_host="::1",
-                    vllm_service_served_model_name="", vllm_venv_path="/opt/other")
+                    vllm_service_served_model_name="", vllm_venv_path="/opt/other",
+                    vllm_service_environment={"HF_TOKEN": "hf-secret-0123456789"})
     assert run.returncode == 0, run.stdout[-2000:]
     resolved = json.loads((tmp_path / "resolved.json").read_text())
     assert resolved["unit"] == "vllm-b.service"
@@ -151,7 +152,9 @@ def test_the_published_facts(tmp_path: Path) -> None:
     assert resolved["python"] == "/opt/other/bin/python" and resolved["venv"] == "/opt/other"
     assert resolved["served_model_name"] == resolved["model"] == "/srv/models/my model"
     assert resolved["url"] == "http://[::1]:8000" and resolved["port"] == 8000
-    assert "api_key" not in json.dumps(resolved) and "unit-test-key" not in json.dumps(resolved)
+    # no secret in a fact (-v prints facts): not the API key, not the environment
+    assert "unit-test-key" not in json.dumps(resolved)
+    assert "hf-secret" not in json.dumps(resolved) and "HF_TOKEN" not in json.dumps(resolved)
 
 
 # --- attention: role vllm's fact vllm_attention in the server's environment --------------------
