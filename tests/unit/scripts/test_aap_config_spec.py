@@ -30,6 +30,7 @@ argument_specs:
         #       - 0
         #       - 1
       controller_configuration_job_templates_secure_logging:
+        # not an object option
         type: bool
 """
 TASKS = """---
