@@ -39,7 +39,7 @@ TASKS = """---
     name: "{{ __item.name | mandatory }}"
     verbosity: "{{ __item.verbosity | default(omit) }}"
     survey_spec: "{{ __item.related.survey_spec | default(__item.survey_spec) }}"
-    other: "{{ __other.name }}"
+    other: "{{ __other.not_an_item_field }}"
   loop: "{{ controller_templates }}"
   loop_control:
     loop_var: __item
