@@ -4,7 +4,7 @@
 
 Public facade over the private package ``_diagnose``:
 
-* on the node: :class:`Settings`, :func:`default_specs`, :func:`collect`,
+* on the node: :class:`Settings`, :func:`default_specs`, :func:`collect`, :func:`private_dir`,
   :func:`write_evidence`, :func:`pack` (module ``diagnose_collect``);
 * on the controller: :func:`classify`, :func:`bundle` (module ``diagnose_classify``);
 * both: :class:`Redactor`, :data:`CLASSES`, :class:`Evidence`.
@@ -35,6 +35,10 @@ from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.collect im
     write_evidence,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.evidence import Evidence
+from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.private import (
+    UnsafeDirectory,
+    private_dir,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact import (
     Redactor,
     env_file_secrets,
@@ -50,6 +54,7 @@ __all__ = [
     "Result",
     "Settings",
     "Spec",
+    "UnsafeDirectory",
     "bundle",
     "classify",
     "collect",
@@ -57,6 +62,7 @@ __all__ = [
     "env_file_secrets",
     "hosts_in",
     "pack",
+    "private_dir",
     "run_spec",
     "verdict_markdown",
     "write_evidence",
