@@ -53,9 +53,9 @@ def test_a_directory_made_by_another_user_is_refused(tmp_path: Path, victim: Pat
     os.chown(dest, NOBODY, NOBODY)
     (dest / "node1.tar.gz").symlink_to(victim)
     result = run(capsys, dest)
+    assert victim.read_bytes() == PRECIOUS
     assert result["failed"]
     assert f"{dest} was made by someone else (uid {NOBODY}" in result["msg"]
-    assert victim.read_bytes() == PRECIOUS
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o770])
@@ -66,8 +66,8 @@ def test_a_directory_others_can_write_in_is_refused(tmp_path: Path, victim: Path
     dest.chmod(mode)
     (dest / "node1.tar.gz").symlink_to(victim)
     result = run(capsys, dest)
-    assert result["failed"] and "another user could put links in it" in result["msg"]
     assert victim.read_bytes() == PRECIOUS
+    assert result["failed"] and "another user could put links in it" in result["msg"]
 
 
 def test_a_link_in_place_of_the_directory_is_refused(tmp_path: Path,
@@ -96,8 +96,8 @@ def test_a_link_left_in_its_own_directory_is_replaced_not_followed(
     dest.mkdir(mode=0o700)
     (dest / "node1.tar.gz").symlink_to(victim)
     result = run(capsys, dest)
-    assert not result.get("failed"), result
     assert victim.read_bytes() == PRECIOUS
+    assert not result.get("failed"), result
     assert not (dest / "node1.tar.gz").is_symlink()
 
 
