@@ -7,7 +7,7 @@ Public facade over the private package ``_diagnose``:
 * on the node: :class:`Settings`, :func:`default_specs`, :func:`collect`, :func:`private_dir`,
   :func:`write_evidence`, :func:`pack` (module ``diagnose_collect``);
 * on the controller: :func:`classify`, :func:`bundle` (module ``diagnose_classify``);
-* both: :class:`Redactor`, :data:`CLASSES`, :class:`Evidence`.
+* both: :class:`Redactor`, :data:`SECRET_NAME`, :data:`CLASSES`, :class:`Evidence`.
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.private im
     private_dir,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact import (
+    SECRET_NAME,
     Redactor,
     env_file_secrets,
 )
 
 __all__ = [
     "CLASSES",
+    "SECRET_NAME",
     "STATUSES",
     "Evidence",
     "Finding",
