@@ -21,16 +21,16 @@ description:
     command is recorded with its exit code and output. Nothing on the node changes except the
     evidence directory and archive under I(dest).
   - Every text is redacted before it is written - the values in I(secrets), the values of
-    secret-named variables (KEY, TOKEN, SECRET, PASSWORD) in I(env_file), bearer tokens and
-    Hugging Face tokens.
+    secret-named variables (KEY, TOKEN, SECRET, PASSWORD) in I(env_file) and of any
+    C(NAME=value) with such an upper-case name, bearer tokens and Hugging Face tokens.
 options:
   dest:
     description:
       - Directory on the node for the evidence; C(<dest>/<name>.tar.gz) is written (mode 0600),
-        the evidence itself in a new directory beside it, removed afterwards.
+        the evidence itself in a new directory inside it, removed afterwards.
       - Made here (mode 0700) when absent. An existing one is used only when this user owns it
         and no one else can write in it or rename it (its parents owned by root or this user,
-        sticky where others may write): one made by another local user is refused, as any
+        sticky where others may write). One made by another local user is refused, as any
         link in it could redirect what root writes. Files are created new, never through a
         link.
     type: path
