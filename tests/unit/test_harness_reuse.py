@@ -70,8 +70,9 @@ def test_the_script_prints_the_key(tree: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_the_scenarios_restore_before_converge_and_save_after() -> None:
-    fleet_prepare = (ROOT / "molecule/fleet/prepare.yml").read_text()
-    assert "node-venv.yml" in fleet_prepare and "_nv_action: restore" in fleet_prepare
+    for scenario in ("fleet", "awx"):
+        prepare = (ROOT / f"molecule/{scenario}/prepare.yml").read_text()
+        assert "node-venv.yml" in prepare and "_nv_action: restore" in prepare, scenario
     for scenario in ("fleet", "serving"):
         converge = (ROOT / f"molecule/{scenario}/converge.yml").read_text()
         assert "_nv_action: save" in converge
