@@ -43,8 +43,8 @@ collections: venv ## .collections/: this checkout as instinct.vllm + pinned thir
 image: host-packages ## the sandbox host image (debootstrap, systemd as PID 1), rebuilt only when its recipe changes
 	tests/sandbox/build-image.sh
 
-lint: venv collections ## yamllint, ansible-lint (production), ruff
-	STAGES="yamllint ansible-lint ruff" scripts/test
+lint: venv collections ## yamllint, ansible-lint (production), ruff, antsibull-docs lint
+	STAGES="yamllint ansible-lint ruff docs-lint" scripts/test
 
 sanity: venv collections ## ansible-test sanity
 	STAGES="sanity" scripts/test
