@@ -28,7 +28,7 @@ from jinja2.nativetypes import NativeEnvironment
 ROOT = Path(__file__).resolve().parents[2]
 AWX = ROOT / "awx"
 AAP = yaml.safe_load((Path(__file__).parent / "fixtures" / "aap_configuration.yml").read_text())
-BUILTIN_CREDENTIAL_TYPES = {"Machine"}  # shipped by AWX itself
+BUILTIN_CREDENTIAL_TYPES = {"Machine", "GPG Public Key"}  # shipped by AWX itself
 SURVEY_TYPES = {"text", "textarea", "password", "integer", "float", "multiplechoice", "multiselect"}
 TYPES: dict[str, type | tuple[type, ...]] = {
     "str": str,
@@ -338,6 +338,16 @@ def test_a_site_overrides_the_image_and_the_repository() -> None:
         "https://git.example/mirror.git",
         "stable",
     )
+
+
+def test_the_project_verifies_its_content_signature() -> None:
+    """AWX verifies a project's ansible-sign signature only when the project names a
+    credential of its GPG Public Key type (docs/awx.md)."""
+    credentials = {c["name"]: c for c in DATA["controller_credentials"]}
+    for project in DATA["controller_projects"]:
+        name = project.get("signature_validation_credential")
+        assert name in credentials, f"{project['name']}: signature_validation_credential {name!r}"
+        assert credentials[name]["credential_type"] == "GPG Public Key", name
 
 
 def test_a_job_template_per_playbook() -> None:
