@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 
-.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock
+.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,6 +51,9 @@ sanity: venv collections ## ansible-test sanity
 
 unit: venv collections ## pytest unit tests
 	STAGES="pytest" scripts/test
+
+release: venv collections ## changelog, tarball, Galaxy's import checks; prints what would be uploaded (RELEASE_GPG_KEY=<fingerprint>: signs the project content)
+	PATH="$(CURDIR)/.venv/bin:$$PATH" .venv/bin/python scripts/release
 
 lock: ## regenerate requirements/dev.txt from requirements/dev.in
 	python3 -m venv .cache/lock-venv && .cache/lock-venv/bin/pip install -q -r requirements/dev.in \
