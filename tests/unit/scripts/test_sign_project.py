@@ -47,7 +47,9 @@ def public_home(home: Path, signer: Path, fingerprint: str) -> Path:
 
 
 def stop_agent(home: Path) -> None:
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+    """gpg starts an agent per home (signing, and importing a key); stop it."""
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False,
+                   capture_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +65,10 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPG_TTY", "")  # no terminal: ansible-sign asks gpg-agent, no passphrase
         sign_project.sign(project, fingerprint, str(signer))
-    yield project, public_home(tmp / "verifier", signer, fingerprint), signer
+    verifier = public_home(tmp / "verifier", signer, fingerprint)
+    yield project, verifier, signer
     stop_agent(signer)
+    stop_agent(verifier)
 
 
 def verify(project: Path, home: Path) -> subprocess.CompletedProcess[str]:
@@ -126,5 +130,6 @@ def test_another_key_does_not_verify(signed, tmp_path):
         run = verify(signed[0], public_home(tmp_path / "verifier", other, fingerprint))
     finally:
         stop_agent(other)
+        stop_agent(tmp_path / "verifier")
     assert run.returncode != 0
     assert "GPG signature verification succeeded" not in run.stdout
