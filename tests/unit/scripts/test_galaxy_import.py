@@ -1,7 +1,7 @@
 """scripts/galaxy-import: how the importer's log and result are judged. Errors, an import
 that did not complete, an undocumented module or role, and every warning fail; the one warning
-explained in docs/development.md (ansible-lint cannot resolve a module of a declared dependency,
-which the importer does not install) does not. The importer itself runs as a stage of
+explained in docs/development.md (ansible-lint cannot resolve a module of a required
+collection, which the importer does not install) does not. The importer itself runs as a stage of
 `make test` (STAGES=galaxy-importer)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_a_clean_import_passes():
     assert report == gi.Report([], [], [])
 
 
-def test_an_unresolved_module_of_a_dependency_is_explained_any_other_fails():
+def test_an_unresolved_module_of_a_required_collection_is_explained_any_other_fails():
     log = "\n".join([UNKNOWN.format("awx.awx.organization"),
                      UNKNOWN.format("community.general.ufw"), FRAGMENT]) + "\n" + DONE
     report = gi.classify(0, log, DOCS, {"awx.awx", "ansible.posix"})
@@ -60,5 +60,6 @@ def test_a_module_or_role_without_documentation_fails():
     ]
 
 
-def test_the_dependencies_are_galaxy_yml_s():
-    assert gi.dependencies() == {"ansible.posix", "awx.awx", "community.grafana"}
+def test_the_required_collections_are_galaxy_yml_s_and_the_optional_ones():
+    """galaxy.yml's dependencies (ansible.posix) and collections/requirements.yml's names."""
+    assert gi.requirements() == {"ansible.posix", "awx.awx", "community.grafana"}
