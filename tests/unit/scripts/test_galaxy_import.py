@@ -63,3 +63,13 @@ def test_a_module_or_role_without_documentation_fails():
 def test_the_required_collections_are_galaxy_yml_s_and_the_optional_ones():
     """galaxy.yml's dependencies (ansible.posix) and collections/requirements.yml's names."""
     assert gi.requirements() == {"ansible.posix", "awx.awx", "community.grafana"}
+
+
+def test_the_suite_turns_only_the_importers_own_lint_off(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("INSTINCT_IMPORTER_LINT", raising=False)
+    assert gi.config(tmp_path) == gi.CONFIG  # make release: the settings as Galaxy's
+    monkeypatch.setenv("INSTINCT_IMPORTER_LINT", "0")
+    copy = gi.config(tmp_path).read_text()
+    assert "run_ansible_lint = False" in copy
+    original = gi.CONFIG.read_text()
+    assert copy.replace("run_ansible_lint = False", "run_ansible_lint = True") == original
