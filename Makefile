@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 
-.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock
+.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,14 +43,17 @@ collections: venv ## .collections/: this checkout as instinct.vllm + pinned thir
 image: host-packages ## the sandbox host image (debootstrap, systemd as PID 1), rebuilt only when its recipe changes
 	tests/sandbox/build-image.sh
 
-lint: venv collections ## yamllint, ansible-lint (production), ruff
-	STAGES="yamllint ansible-lint ruff" scripts/test
+lint: venv collections ## yamllint, ansible-lint (production), ruff, antsibull-docs lint
+	STAGES="yamllint ansible-lint ruff docs-lint" scripts/test
 
 sanity: venv collections ## ansible-test sanity
 	STAGES="sanity" scripts/test
 
 unit: venv collections ## pytest unit tests
 	STAGES="pytest" scripts/test
+
+release: venv collections ## changelog, tarball, Galaxy's import checks; prints what would be uploaded (RELEASE_GPG_KEY=<fingerprint>: signs the project content)
+	PATH="$(CURDIR)/.venv/bin:$$PATH" .venv/bin/python scripts/release
 
 lock: ## regenerate requirements/dev.txt from requirements/dev.in
 	python3 -m venv .cache/lock-venv && .cache/lock-venv/bin/pip install -q -r requirements/dev.in \

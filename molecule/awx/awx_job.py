@@ -10,7 +10,9 @@ comes"):
   <private data dir>/requirements_collections (here: this checkout's collection tarball; the
   third-party pins are already in the EE, at the same versions);
 * the survey: every question's default, then the given answers, each checked against its
-  question (choices, integer bounds) as AWX validates a launch;
+  question (choices, integer bounds) as AWX validates a launch; --extra-choices adds choices
+  to a question, as a site adds its own stacks to its copy of awx/ (the scenario: the sandbox
+  stack, which the production surveys do not offer);
 * the credentials: the Machine credential becomes env/ssh_key (ansible-runner hands it to
   ssh-agent) and `-u`/`--become-method` in env/cmdline; each custom credential type's
   injectors are rendered with its inputs into env/extravars and env/envvars;
@@ -27,6 +29,7 @@ comes"):
 
   awx_job.py --template "instinct-vllm deploy" --image IMAGE --inventory FILE
              --collection instinct-vllm-X.tar.gz --inputs credential-inputs.json
+             --extra-choices '{"instinct_vllm_stack": ["cpu"]}'
              --answers '{"instinct_vllm_stack": "cpu"}'
              --workdir DIR --ident NAME [--extra-vars JSON] [--container-option OPT ...]
   awx_job.py --workflow "instinct-vllm rollout" --approval approve ... (the same options)
@@ -67,8 +70,13 @@ class AwxLoader(yaml.SafeLoader):
 AwxLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
 
 
-def load_awx(name: str) -> dict[str, Any]:
-    return yaml.load((AWX / f"{name}.yml").read_text(), Loader=AwxLoader)
+def load_awx() -> dict[str, Any]:
+    """Every variable of awx/*.yml (infra.aap_configuration's names: controller_templates,
+    controller_workflows, controller_credentials, ...)."""
+    data: dict[str, Any] = {}
+    for path in sorted(AWX.glob("*.yml")):
+        data |= yaml.load(path.read_text(), Loader=AwxLoader)
+    return data
 
 
 def by_name(items: list[dict[str, Any]], name: str, what: str) -> dict[str, Any]:
@@ -88,10 +96,17 @@ def check_answer(question: dict[str, Any], value: Any) -> None:
         raise SystemExit(f"survey answer {var}={value!r} is not an integer within bounds")
 
 
-def survey_vars(template: dict[str, Any], answers: dict[str, Any]) -> dict[str, Any]:
-    """The survey's extra vars: each question's default, overridden by the given answers."""
+def survey_vars(
+    template: dict[str, Any],
+    answers: dict[str, Any],
+    extra_choices: dict[str, list[Any]] | None = None,
+) -> dict[str, Any]:
+    """The survey's extra vars: each question's default, overridden by the given answers;
+    extra_choices adds choices to the questions of those variables."""
     spec = template.get("survey_spec", {}).get("spec", []) if template.get("survey_enabled") else []
-    questions = {q["variable"]: q for q in spec}
+    questions = {
+        q["variable"]: with_choices(q, (extra_choices or {}).get(q["variable"])) for q in spec
+    }
     unknown = sorted(set(answers) - set(questions))
     if unknown:
         raise SystemExit(f"{template['name']}: the survey asks no {', '.join(unknown)}")
@@ -103,6 +118,14 @@ def survey_vars(template: dict[str, Any], answers: dict[str, Any]) -> dict[str, 
         if value not in (None, "") or question.get("required"):
             out[var] = value
     return out
+
+
+def with_choices(question: dict[str, Any], extra: list[Any] | None) -> dict[str, Any]:
+    if not extra:
+        return question
+    if question["type"] not in ("multiplechoice", "multiselect"):
+        raise SystemExit(f"--extra-choices: {question['variable']} is not a choice question")
+    return {**question, "choices": [*question["choices"], *extra]}
 
 
 def render(template: str, inputs: dict[str, Any]) -> str:
@@ -117,8 +140,8 @@ def injections(
     template: dict[str, Any], inputs: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, Any], dict[str, str], list[str], str | None]:
     """What the template's credentials inject: extra vars, env, cmdline args, the SSH key."""
-    credentials = load_awx("credentials")["awx_credentials"]
-    types = load_awx("credential_types")["awx_credential_types"]
+    awx = load_awx()
+    credentials, types = awx["controller_credentials"], awx["controller_credential_types"]
     extra: dict[str, Any] = {}
     env: dict[str, str] = {}
     cmdline: list[str] = []
@@ -264,13 +287,13 @@ def run_job(
 
 
 def job_templates() -> list[dict[str, Any]]:
-    return load_awx("job_templates")["awx_job_templates"]
+    return load_awx()["controller_templates"]
 
 
 def launch_job(args: argparse.Namespace) -> dict[str, Any]:
     template = by_name(job_templates(), args.template, "job template")
     extravars = {
-        **survey_vars(template, json.loads(args.answers)),
+        **survey_vars(template, json.loads(args.answers), json.loads(args.extra_choices)),
         **launch_vars(template, json.loads(args.extra_vars)),
     }
     return run_job(args, template, extravars, args.ident)
@@ -298,17 +321,10 @@ def run_node(
 
 
 def launch_workflow(args: argparse.Namespace) -> dict[str, Any]:
-    workflows = load_awx("workflows")
-    workflow = by_name(
-        workflows["awx_workflow_job_templates"], args.workflow, "workflow job template"
-    )
-    nodes = {
-        n["identifier"]: n
-        for n in workflows["awx_workflow_job_template_nodes"]
-        if n["workflow_job_template"] == args.workflow
-    }
+    workflow = by_name(load_awx()["controller_workflows"], args.workflow, "workflow job template")
+    nodes = {n["identifier"]: n for n in workflow["simplified_workflow_nodes"]}
     children = {c for n in nodes.values() for ok in (True, False) for c in following(n, ok)}
-    workflow_vars = survey_vars(workflow, json.loads(args.answers))
+    workflow_vars = survey_vars(workflow, json.loads(args.answers), json.loads(args.extra_choices))
     pending, ran, artifacts, failed = sorted(set(nodes) - children), [], {}, False
     start = time.monotonic()
     while pending:
@@ -344,6 +360,11 @@ def main() -> int:
     parser.add_argument("--collection", required=True, help="this collection's tarball")
     parser.add_argument("--inputs", required=True, help="JSON: {credential name: {input: value}}")
     parser.add_argument("--answers", default="{}", help="JSON: survey answers")
+    parser.add_argument(
+        "--extra-choices",
+        default="{}",
+        help="JSON: {survey variable: [choices added to its question]}",
+    )
     parser.add_argument("--extra-vars", default="{}", help="JSON: extra vars given at launch")
     parser.add_argument("--tags", default="", help="job tags")
     parser.add_argument("--skip-tags", default="", help="skip tags")

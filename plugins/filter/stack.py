@@ -79,7 +79,7 @@ def kernel_flavour(kernel_release: str, distribution: str, version: Any) -> str:
 
 
 def kernel_newer_pattern(abi: Any) -> str:
-    """APT pin regular expression: kernel package names of every release newer than ``abi``."""
+    """APT pin regular expression: kernel package versions of every release newer than ``abi``."""
     return sm.newer_kernel_pattern(abi)
 
 

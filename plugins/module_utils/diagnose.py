@@ -4,10 +4,10 @@
 
 Public facade over the private package ``_diagnose``:
 
-* on the node: :class:`Settings`, :func:`default_specs`, :func:`collect`,
+* on the node: :class:`Settings`, :func:`default_specs`, :func:`collect`, :func:`private_dir`,
   :func:`write_evidence`, :func:`pack` (module ``diagnose_collect``);
 * on the controller: :func:`classify`, :func:`bundle` (module ``diagnose_classify``);
-* both: :class:`Redactor`, :data:`CLASSES`, :class:`Evidence`.
+* both: :class:`Redactor`, :data:`SECRET_NAME`, :data:`CLASSES`, :class:`Evidence`.
 """
 
 from __future__ import annotations
@@ -35,13 +35,19 @@ from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.collect im
     write_evidence,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.evidence import Evidence
+from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.private import (
+    UnsafeDirectory,
+    private_dir,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact import (
+    SECRET_NAME,
     Redactor,
     env_file_secrets,
 )
 
 __all__ = [
     "CLASSES",
+    "SECRET_NAME",
     "STATUSES",
     "Evidence",
     "Finding",
@@ -50,6 +56,7 @@ __all__ = [
     "Result",
     "Settings",
     "Spec",
+    "UnsafeDirectory",
     "bundle",
     "classify",
     "collect",
@@ -57,6 +64,7 @@ __all__ = [
     "env_file_secrets",
     "hosts_in",
     "pack",
+    "private_dir",
     "run_spec",
     "verdict_markdown",
     "write_evidence",

@@ -534,17 +534,68 @@ def _own_source() -> str:
         return handle.read()
 
 
+def check_key(python: str, argv: Sequence[str]) -> str | None:
+    """A key of everything the flag check's answer depends on: the argv, this checker's source
+    and every distribution installed in the virtualenv of ``python`` (each ``RECORD`` lists its
+    files with their hashes). ``None`` when ``python`` is not in a virtualenv's ``bin/``."""
+    import hashlib
+    from pathlib import Path
+
+    prefix = Path(python).parent.parent
+    records = sorted(prefix.glob("lib/python*/site-packages/*.dist-info/RECORD"))
+    if not (prefix / "pyvenv.cfg").is_file() or not records:
+        return None
+    digest = hashlib.sha256(json.dumps([list(argv), _own_source()]).encode())
+    for record in records:
+        digest.update(record.parent.name.encode() + b"\0" + record.read_bytes())
+    return digest.hexdigest()
+
+
+def default_cache_dir(python: str) -> str:
+    """``.instinct-flag-check`` in the virtualenv of ``python`` (``<venv>/bin/python``)."""
+    return os.path.join(os.path.dirname(os.path.dirname(python)), ".instinct-flag-check")
+
+
+def _kept(cache_dir: str | None, python: str, argv: Sequence[str]) -> str | None:
+    key = check_key(python, argv) if cache_dir else None
+    return os.path.join(cache_dir, f"{key}.json") if cache_dir and key else None
+
+
+def _keep(path: str, answer: Mapping[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(dict(answer), handle)
+    os.replace(path + ".tmp", path)
+
+
 def check_in_subprocess(
     python: str,
     argv: Sequence[str],
     timeout: float = 600.0,
     env: Mapping[str, str] | None = None,
+    cache_dir: str | None = None,
+    record: bool = True,
 ) -> dict[str, Any]:
     """Check argv with vLLM's parser in a fresh ``python``; return origin + ``parsed``.
 
+    With ``cache_dir``, an accepted argv is kept there under ``check_key`` (``record``) and
+    read back (``cached: true``) while nothing it depends on changed; a refusal is never kept.
     Raises VllmArgsError with vLLM's verdict (bad flag, invalid choice) or with why the check
     could not run (no such interpreter, vLLM missing, timeout).
     """
+    kept = _kept(cache_dir, python, argv)
+    if kept and os.path.isfile(kept):
+        with open(kept, encoding="utf-8") as handle:
+            return {**json.load(handle), "cached": True}
+    answer = _check_in_child(python, argv, timeout, env)
+    if kept and record:
+        _keep(kept, answer)
+    return answer
+
+
+def _check_in_child(
+    python: str, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None
+) -> dict[str, Any]:
     import subprocess
 
     child_env = dict(os.environ if env is None else env)

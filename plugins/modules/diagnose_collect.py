@@ -21,12 +21,18 @@ description:
     command is recorded with its exit code and output. Nothing on the node changes except the
     evidence directory and archive under I(dest).
   - Every text is redacted before it is written - the values in I(secrets), the values of
-    secret-named variables (KEY, TOKEN, SECRET, PASSWORD) in I(env_file), bearer tokens and
-    Hugging Face tokens.
+    secret-named variables (KEY, TOKEN, SECRET, PASSWORD) in I(env_file) and of any
+    C(NAME=value) with such an upper-case name, bearer tokens and Hugging Face tokens.
 options:
   dest:
-    description: Directory on the node for the evidence; C(<dest>/<name>) and
-      C(<dest>/<name>.tar.gz) are written.
+    description:
+      - Directory on the node for the evidence; C(<dest>/<name>.tar.gz) is written (mode 0600),
+        the evidence itself in a new directory inside it, removed afterwards.
+      - Made here (mode 0700) when absent. An existing one is used only when this user owns it
+        and no one else can write in it or rename it (its parents owned by root or this user,
+        sticky where others may write). One made by another local user is refused, as any
+        link in it could redirect what root writes. Files are created new, never through a
+        link.
     type: path
     required: true
   name:
@@ -143,6 +149,7 @@ redacted_values:
 
 import contextlib  # noqa: E402
 import shutil  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -150,9 +157,11 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.diagnose import (  # noqa: E402
     Redactor,
     Settings,
+    UnsafeDirectory,
     collect,
     default_specs,
     pack,
+    private_dir,
     write_evidence,
 )
 
@@ -201,18 +210,19 @@ def main() -> None:
         supports_check_mode=False,
     )
     p = module.params
+    if "/" in p["name"] or p["name"] in ("", ".", ".."):
+        module.fail_json(msg=f"name: {p['name']!r} is not a file name")
+    try:  # before anything is collected: a directory another user could change is refused
+        root = private_dir(p["dest"])
+    except (UnsafeDirectory, OSError) as exc:
+        module.fail_json(msg=f"dest: {exc}")
     settings = Settings(**{k: p[k] for k in _SETTINGS}, probe_imports=tuple(p["probe_imports"]))
     redact = Redactor(p["secrets"])
     with contextlib.suppress(OSError):  # an unreadable env file is recorded by its collector
         redact.add_env_file(Path(settings.env_file).read_text(encoding="utf-8"))
     started = time.time()
     results = collect(default_specs(settings), redact, workers=p["workers"])
-    root = Path(p["dest"])
-    work = root / p["name"]
-    if work.exists():
-        shutil.rmtree(work)
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(0o700)
+    work = Path(tempfile.mkdtemp(prefix=f"{p['name']}.", dir=root))  # new, 0700
     meta = {
         "host": p["name"],
         "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),

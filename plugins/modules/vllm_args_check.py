@@ -48,6 +48,21 @@ options:
     description: Seconds the check may take (importing vLLM takes 15-60 s).
     type: float
     default: 600
+  cache_dir:
+    description:
+      - Where an accepted argv is kept, under a key of the argv, this check's own code and every
+        distribution installed in the virtualenv of O(python) (their C(RECORD) files, which
+        list each installed file with its hash). While none of these changes, a re-run (the
+        idempotence run, every rollout) reads the answer back (RV(cached)) instead of importing
+        vLLM again. A refusal is never kept; nothing is written in check mode.
+      - Empty means C(.instinct-flag-check) in the virtualenv of O(python); nothing is kept
+        when O(python) is not in a virtualenv.
+    type: str
+    default: ""
+  cache:
+    description: Set to V(false) to always import vLLM (no answer read back or kept).
+    type: bool
+    default: true
 extends_documentation_fragment:
   - instinct.vllm.attributes
 attributes:
@@ -88,6 +103,10 @@ make_arg_parser:
   description: The module that provided make_arg_parser.
   type: str
   returned: when vLLM imported
+cached:
+  description: True when the answer was read back from O(cache_dir) (vLLM was not imported).
+  type: bool
+  returned: when read back
 """
 
 import sys  # noqa: E402
@@ -96,6 +115,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.vllm_args import (  # noqa: E402
     VllmArgsError,
     check_in_subprocess,
+    default_cache_dir,
     flags_to_argv,
 )
 
@@ -108,6 +128,8 @@ def main() -> None:
             "repeat": {"type": "list", "elements": "str", "default": []},
             "python": {"type": "str", "default": ""},
             "timeout": {"type": "float", "default": 600.0},
+            "cache_dir": {"type": "str", "default": ""},
+            "cache": {"type": "bool", "default": True},
         },
         mutually_exclusive=[("flags", "argv")],
         required_one_of=[("flags", "argv")],
@@ -118,7 +140,10 @@ def main() -> None:
     try:
         argv = p["argv"] if p["argv"] is not None else flags_to_argv(p["flags"], p["repeat"])
         out["argv"] = argv
-        out.update(check_in_subprocess(p["python"] or sys.executable, argv, p["timeout"]))
+        python = p["python"] or sys.executable
+        cache_dir = (p["cache_dir"] or default_cache_dir(python)) if p["cache"] else None
+        out.update(check_in_subprocess(python, argv, p["timeout"], None, cache_dir,
+                                       not module.check_mode))  # fmt: skip
     except VllmArgsError as exc:
         module.fail_json(msg=str(exc), **out)
     msg = f"{len(out['parsed'])} flag(s) accepted by vLLM {out['vllm_version']}"

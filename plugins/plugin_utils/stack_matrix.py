@@ -292,10 +292,11 @@ def _int_greater_pattern(number: int) -> str:
 
 
 def newer_kernel_pattern(abi: Any) -> str:
-    """A POSIX extended regular expression (what APT's ``Package: /.../`` pins take) matching
-    the names of kernel packages (image, image-unsigned, modules, modules-extra, headers) of
-    every release newer than ``abi`` (``"6.8.0-41"``, a flavour suffix ignored): a higher
-    ABI number, patch level, minor or major version."""
+    """A POSIX extended regular expression (what APT's ``Pin: version /.../`` takes) matching
+    the versions of kernel packages of every release newer than ``abi`` (``"6.8.0-41"``, a
+    flavour suffix ignored): a higher ABI number, patch level, minor or major version. Ubuntu
+    versions a kernel package by its ABI: linux-image-6.8.0-41-generic is ``6.8.0-41.41``,
+    an HWE kernel ``6.11.0-19.19~24.04.1``."""
     parsed = kernel_abi(abi)
     if parsed is None:
         raise StackError(f'newer_kernel_pattern: expected a kernel release "X.Y.Z-N", got {abi!r}')
@@ -306,8 +307,7 @@ def newer_kernel_pattern(abi: Any) -> str:
         tail = [number] * (3 - i)
         fields = [*parts[:i], _int_greater_pattern(parsed[i]), *tail]
         versions.append("\\.".join(fields[:3]) + "-" + fields[3])
-    names = "(image|image-unsigned|modules|modules-extra|headers)"
-    return f"^linux-{names}-({'|'.join(versions)})(-.*)?$"
+    return f"^({'|'.join(versions)})([.+~].*)?$"
 
 
 def _validate_torch(where: str, value: Any) -> None:

@@ -1,6 +1,7 @@
 """molecule/awx/awx_job.py, the stand-in for AWX's job launch and workflow engine: the survey
-and launch-prompt rules, and the workflow walk (approval, precedence of the workflow's vars over
-artifacts over a job template's survey defaults), with the ansible-runner call replaced."""
+and launch-prompt rules (the sandbox stack only as an added choice), and the workflow walk
+(approval, precedence of the workflow's vars over artifacts over a job template's survey
+defaults), with the ansible-runner call replaced."""
 
 from __future__ import annotations
 
@@ -19,14 +20,30 @@ awx_job = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(awx_job)
 
 
+SANDBOX = {"instinct_vllm_stack": ["cpu"]}  # what the scenario adds to the stack question
+
+
 def template(name: str) -> dict[str, Any]:
     return awx_job.by_name(awx_job.job_templates(), name, "job template")
 
 
 def test_survey_defaults_then_answers() -> None:
-    got = awx_job.survey_vars(template("instinct-vllm deploy"), {"instinct_vllm_stack": "cpu"})
-    assert got["instinct_vllm_stack"] == "cpu" and got["model_source"] == "path"
+    deploy = template("instinct-vllm deploy")
+    got = awx_job.survey_vars(deploy, {"instinct_vllm_stack": "rocm-7.2.1"})
+    assert got["instinct_vllm_stack"] == "rocm-7.2.1" and got["model_source"] == "path"
     assert "model_hf_repo" not in got  # empty and optional: AWX sends nothing
+
+
+def test_the_sandbox_stack_only_as_an_added_choice() -> None:
+    deploy = template("instinct-vllm deploy")
+    with pytest.raises(SystemExit, match="is not one of"):
+        awx_job.survey_vars(deploy, {"instinct_vllm_stack": "cpu"})
+    got = awx_job.survey_vars(deploy, {"instinct_vllm_stack": "cpu"}, SANDBOX)
+    assert got["instinct_vllm_stack"] == "cpu"
+    # the template's own survey is left as it is
+    assert "cpu" not in deploy["survey_spec"]["spec"][0]["choices"]
+    with pytest.raises(SystemExit, match="model_name is not a choice question"):
+        awx_job.survey_vars(deploy, {}, {"model_name": ["x"]})
 
 
 @pytest.mark.parametrize(
@@ -78,6 +95,7 @@ def run_workflow(
         workflow="instinct-vllm rollout",
         approval=approval,
         answers=json.dumps({"instinct_vllm_stack": "cpu", "vllm_service_served_model_name": "x"}),
+        extra_choices=json.dumps(SANDBOX),
         workdir=str(tmp_path),
         ident="wf",
     )

@@ -1,6 +1,8 @@
 """collections/requirements.yml (what an AWX project sync installs), galaxy.yml's dependencies
-and the FQCNs the collection's content uses name the same collections; each pin is the version
-the pinned ansible wheel ships, and this collection's own entry is its git repository."""
+and the FQCNs the collection's content uses name the same collections, but for the optional
+ones (used only where OPTIONAL says, left out of galaxy.yml's dependencies, named by the
+README); each pin is the version the pinned ansible wheel ships, and this collection's own entry
+is its git repository."""
 
 from __future__ import annotations
 
@@ -23,24 +25,32 @@ SELF = f"{GALAXY['namespace']}.{GALAXY['name']}"
 CONTENT = ("roles", "playbooks", "plugins")
 TEST_ONLY = ("molecule", "tests", "inventories/demo")
 FQCN = re.compile(r"(?<![\w.])([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*\b")
+# Optional requirements: the playbook the README names for each, and the only places that use it.
+OPTIONAL = {
+    "awx.awx": ("playbooks/awx_configure.yml", ("playbooks/awx_configure.yml",)),
+    "community.grafana": ("playbooks/monitoring.yml", ("roles/monitoring/",)),
+}
 
 
-def used_collections(folders: tuple[str, ...]) -> set[str]:
-    """Collections of the wheel (or this one) that files under the folders name by FQCN, outside
+def collections_by_file(folders: tuple[str, ...]) -> dict[str, set[str]]:
+    """Collections of the wheel (or this one) each file under the folders names by FQCN, outside
     whole-line comments (which may name a collection the site brings, e.g. grafana.grafana)."""
     known = ansible_wheel.collections() | {SELF}
-    found: set[str] = set()
+    found: dict[str, set[str]] = {}
     for folder in folders:
         for path in (ROOT / folder).rglob("*"):
             if path.suffix not in {".yml", ".yaml", ".j2", ".py"} or not path.is_file():
                 continue
             lines = path.read_text(errors="replace").splitlines()
             text = "\n".join(line for line in lines if not line.lstrip().startswith(("#", "{#")))
-            for match in FQCN.finditer(text):
-                name = f"{match.group(1)}.{match.group(2)}"
-                if name in known:
-                    found.add(name)
-    return found - {SELF, "ansible.builtin"}
+            names = {f"{m.group(1)}.{m.group(2)}" for m in FQCN.finditer(text)}
+            if names := (names & known) - {SELF, "ansible.builtin"}:
+                found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def used_collections(folders: tuple[str, ...]) -> set[str]:
+    return {name for names in collections_by_file(folders).values() for name in names}
 
 
 def pins() -> dict[str, str]:
@@ -59,8 +69,22 @@ def test_the_content_uses_exactly_the_required_collections() -> None:
     assert used == set(pins()), (
         f"FQCNs in {CONTENT} name {sorted(used)}; requirements.yml pins {sorted(pins())}"
     )
-    assert set(GALAXY["dependencies"]) == used, (
+    assert set(GALAXY["dependencies"]) == used - set(OPTIONAL), (
         f"galaxy.yml dependencies: {sorted(GALAXY['dependencies'])}"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONAL))
+def test_an_optional_collection_is_used_only_where_the_readme_says(name: str) -> None:
+    playbook, places = OPTIONAL[name]
+    users = sorted(f for f, names in collections_by_file(CONTENT).items() if name in names)
+    assert users, f"{name}: nothing uses it any more"
+    assert [f for f in users if not f.startswith(places)] == [], (
+        f"{name} is an optional requirement: a file outside {places} uses it"
+    )
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(rf"\*\*{re.escape(name)}\*\* by\s+`{re.escape(playbook)}`", readme), (
+        f"README: {name}, the optional requirement of {playbook}"
     )
 
 
@@ -77,6 +101,8 @@ def test_the_pin_is_the_wheel_version_and_the_galaxy_range_starts_there(name: st
         f"{name} {pin} in collections/requirements.yml; ansible "
         f"{ansible_wheel.wheel_version()} ships {ansible_wheel.collection_version(name)}"
     )
+    if name in OPTIONAL:
+        return  # no galaxy.yml range: an optional requirement
     spec = SpecifierSet(GALAXY["dependencies"][name])
     assert Version(pin) in spec, f"galaxy.yml {name}: {spec} excludes the pin {pin}"
     assert f">={pin}" in {str(s) for s in spec}, (

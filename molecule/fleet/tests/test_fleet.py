@@ -133,6 +133,51 @@ def test_node_internals_not_public(ca, path):
     assert r.status_code == 404
 
 
+def tls12_handshake(suite: str) -> str | None:
+    """The suite the deployed gateway agrees to when TLS 1.2 offers only ``suite`` (None:
+    refused)."""
+    import socket
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(suite + ":@SECLEVEL=0")
+    with socket.create_connection(("127.0.0.1", int(URL.rsplit(":", 1)[1])), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw) as tls:
+                return tls.cipher()[0]
+        except (ssl.SSLError, ConnectionResetError):
+            return None
+
+
+def test_tls12_forward_secret_aead_only():
+    """The deployed gateway (role gateway's configuration, its generated RSA certificate)."""
+    assert tls12_handshake("ECDHE-RSA-AES128-GCM-SHA256") == "ECDHE-RSA-AES128-GCM-SHA256"
+    for suite in ("AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384"):
+        assert tls12_handshake(suite) is None, suite  # static RSA, CBC
+
+
+def test_dot_segments_do_not_leave_v1(ca):
+    """httpx would resolve the dot segments itself: the request line is sent as written."""
+    import socket
+    import ssl
+
+    context = ssl.create_default_context(cafile=ca)
+    context.check_hostname = False
+    host, port = "127.0.0.1", int(URL.rsplit(":", 1)[1])
+    head = (f"GET /v1/%2e%2e/metrics HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {LOAD_KEY}"
+            "\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection((host, port), timeout=30) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        tls.sendall(head)
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 404"), answer[:300]
+    assert b"vllm:" not in answer  # no node metrics
+
+
 @pytest.mark.parametrize("auth", [None, "Bearer wrong-key-0000000000000000", f"Bearer {NODE_KEY}",
                                   f"Basic {LOAD_KEY}"])
 def test_401_without_or_with_a_wrong_key(ca, auth):

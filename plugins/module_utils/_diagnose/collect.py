@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.private import create_new
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact import Redactor
 
 #: Statuses a collector can end with.
@@ -416,25 +417,22 @@ def collect(
 
 
 def write_evidence(results: Sequence[Result], dest: str | Path, meta: dict[str, Any]) -> list[str]:
-    """One file per collector plus the index; returns the file names."""
+    """One file per collector plus the index, each created new (never through a link); returns
+    the file names."""
     directory = Path(dest)
     directory.mkdir(parents=True, exist_ok=True)
-    names = []
-    for result in results:
-        (directory / f"{result.name}.txt").write_text(result.text, encoding="utf-8")
-        names.append(f"{result.name}.txt")
+    texts = {f"{r.name}.txt": r.text for r in results}
     index = {"meta": meta, "collectors": [r.index_entry() for r in results]}
-    (directory / INDEX).write_text(
-        json.dumps(index, indent=1, sort_keys=True) + "\n", encoding="utf-8"
-    )
-    names.append(INDEX)
-    return names
+    texts[INDEX] = json.dumps(index, indent=1, sort_keys=True) + "\n"
+    for name, text in texts.items():
+        with create_new(directory / name) as out:
+            out.write(text.encode("utf-8"))
+    return list(texts)
 
 
 def pack(directory: str | Path, archive: str | Path, arcname: str) -> str:
-    """tar.gz of ``directory`` under ``arcname``/ (mode 0600: it may hold host details)."""
-    archive = Path(archive)
-    with tarfile.open(archive, "w:gz") as tar:
+    """tar.gz of ``directory`` under ``arcname``/, created new (mode 0600: it may hold host
+    details; a link at ``archive`` is replaced, never followed)."""
+    with create_new(archive) as out, tarfile.open(fileobj=out, mode="w:gz") as tar:
         tar.add(str(directory), arcname=arcname)
-    archive.chmod(0o600)
     return str(archive)

@@ -1,7 +1,8 @@
 # Copyright: (c) 2026, instinct.vllm contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Secrets out of collected text: given values, values of secret-named variables in env files,
-bearer tokens and Hugging Face tokens. Standard library only."""
+"""Secrets out of collected text: given values, values of secret-named variables in env files
+and of ``NAME=value`` assignments with a secret-looking NAME anywhere, bearer tokens and Hugging
+Face tokens. Standard library only."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from collections.abc import Iterable
 #: Variable names whose values are secrets wherever they appear (env files, journal, unit).
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*?)\s*$")
+#: ``NAME=value`` anywhere in a text (a unit's Environment= line, systemctl show, a journal line)
+#: with an upper-case NAME that looks secret: the value goes, whether or not it was known.
+#: Upper case only, so ``sort_keys=True`` and ``keyring==24.3`` stay.
+_SECRET_ASSIGN = re.compile(
+    r"\b(?P<name>[A-Z_][A-Z0-9_]*)=(?!=)(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"']+)"
+)
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"), r"\1<redacted>"),
     (re.compile(r"(?i)(--api-key[= ])\S+"), r"\1<redacted>"),
@@ -36,6 +43,13 @@ def env_file_secrets(text: str) -> dict[str, str]:
             if len(value) >= MIN_SECRET_LEN:
                 found[match.group("name")] = value
     return found
+
+
+def _redact_assignment(match: re.Match[str]) -> str:
+    name, value = match.group("name"), match.group("value")
+    if not SECRET_NAME.search(name) or value.startswith("<redacted"):
+        return match.group(0)
+    return f"{name}=<redacted:{name}>"
 
 
 class Redactor:
@@ -68,7 +82,7 @@ class Redactor:
             text = text.replace(value, mark)
         for pattern, repl in _PATTERNS:
             text = pattern.sub(repl, text)
-        return text
+        return _SECRET_ASSIGN.sub(_redact_assignment, text)
 
     def leaks(self, text: str) -> list[str]:
         """Marks of the known secrets still present in ``text`` (empty: clean)."""

@@ -1,5 +1,6 @@
-"""Role gateway's input checks that concern the listeners: the metrics listener needs a port of
-its own (real ansible-playbook on localhost, the role's tasks/assert.yml with its defaults)."""
+"""Role gateway's input checks (real ansible-playbook on localhost, the role's tasks/assert.yml
+with its defaults): the metrics listener needs a port of its own; key names are checked without
+a clear key reaching the task results (printed at -v, kept by AWX)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,11 @@ VALID = {
 }
 
 
-def run_asserts(tmp_path: Path, **over: Any) -> tuple[int, str]:
+def run_asserts(tmp_path: Path, flags: list[str] | None = None, **over: Any) -> tuple[int, str]:
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
     variables = {"role": str(ROLE), "ansible_python_interpreter": sys.executable, **VALID, **over}
-    run = run_local_playbook(play, variables)
+    run = run_local_playbook(play, variables, flags=flags)
     return run.returncode, run.stdout + run.stderr
 
 
@@ -47,3 +48,19 @@ def test_the_metrics_port_is_a_port_of_its_own(tmp_path: Path, port: int) -> Non
     rc, out = run_asserts(tmp_path, gateway_metrics_port=port, gateway_port=8443)
     assert rc != 0
     assert "gateway_metrics_port must be a port 1-65535 other than gateway_port (8443)" in out
+
+
+CLEAR_KEYS = ["first-client-key-5a1c9e0b7d", "second-client-key-8f2e6d4c1"]
+
+
+@pytest.mark.parametrize("names", [["first", "second"], ["first", "bad name"]])
+def test_no_clear_key_in_the_verbose_output(tmp_path: Path, names: list[str]) -> None:
+    keys = [{"name": n, "key": k} for n, k in zip(names, CLEAR_KEYS, strict=True)]
+    rc, out = run_asserts(tmp_path, flags=["-vvv"], gateway_api_keys=keys)
+    assert "Check that every client key has a valid name" in out
+    assert not [k for k in CLEAR_KEYS if k in out]
+    if names[1] == "bad name":  # the check still says which entry and why
+        assert rc != 0
+        assert "gateway_api_keys[1] needs a name of [A-Za-z0-9_.-]" in out and "'bad name'" in out
+    else:
+        assert rc == 0, out[-3000:]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -47,13 +48,15 @@ PLAYBOOK = """
         dest: "{{ out }}/resolved.json"
         mode: "0644"
     - ansible.builtin.template:
-        src: "{{ repo }}/roles/vllm_service/templates/vllm.service.j2"
-        dest: "{{ out }}/vllm.service"
-        mode: "0644"
+        src: "{{ repo }}/roles/vllm_service/templates/{{ item }}.j2"
+        dest: "{{ out }}/{{ item }}"
+        mode: "0600"
+      loop: [vllm.service, vllm.env]
 """
 
 
-def render(tmp_path: Path, **extra: object) -> tuple[subprocess.CompletedProcess[str], str]:
+def render(tmp_path: Path, *flags: str,
+           **extra: object) -> tuple[subprocess.CompletedProcess[str], str]:
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
     variables = {
@@ -66,7 +69,7 @@ def render(tmp_path: Path, **extra: object) -> tuple[subprocess.CompletedProcess
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     run = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(play),
-         "-e", json.dumps(variables)],
+         "-e", json.dumps(variables), *flags],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False,
     )
     unit = tmp_path / "vllm.service"
@@ -155,6 +158,36 @@ def test_the_published_facts(tmp_path: Path) -> None:
     # no secret in a fact (-v prints facts): not the API key, not the environment
     assert "unit-test-key" not in json.dumps(resolved)
     assert "hf-secret" not in json.dumps(resolved) and "HF_TOKEN" not in json.dumps(resolved)
+
+
+# --- secrets in vllm_service_environment: the 0600 environment file, never the 0644 unit ------
+
+SECRETS = {"HF_TOKEN": "hf_" + "x" * 30, "S3_SECRET_ACCESS_KEY": 'a"b\\c$d`e f'}
+
+
+def env_file(path: Path) -> dict[str, str]:
+    """NAME=value lines of an env file, read back as systemd's parser does for double-quoted
+    values (a backslash before one of the four characters it escapes is dropped)."""
+    entries = {}
+    for line in path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, value = line.split("=", 1)
+        if value.startswith('"'):
+            value = re.sub(r'\\(["\\`$])', r"\1", value[1:-1])
+        entries[name] = value
+    return entries
+
+
+def test_secret_named_entries_go_to_the_env_file_not_the_unit(tmp_path: Path) -> None:
+    run, unit = render(tmp_path, "-vvv", vllm_service_environment={**SECRETS, "ODD": "a b"})
+    assert run.returncode == 0, run.stdout[-2000:]
+    env = env_file(tmp_path / "vllm.env")
+    assert env == {"VLLM_API_KEY": "unit-test-key-0123456789", **SECRETS}
+    assert '"ODD=a b"' in directive(unit, "Environment")  # the others stay in the unit
+    for name, value in SECRETS.items():
+        assert name not in unit and value not in unit
+        assert value not in run.stdout + run.stderr  # nor in the play's output at -vvv
 
 
 # --- attention: role vllm's fact vllm_attention in the server's environment --------------------

@@ -310,6 +310,24 @@ def test_redactor_values_env_file_and_patterns() -> None:
     assert redact.leaks(f"x {KEY} y") == ["<redacted>"]
 
 
+def test_values_of_secret_looking_names_are_redacted_anywhere() -> None:
+    """Values nobody gave the redactor: a unit's Environment= lines, systemctl show, a journal."""
+    redact = dg.Redactor([])
+    text = redact(
+        "Environment=HF_HUB_OFFLINE=1 S3_SECRET_ACCESS_KEY=abc123xyz789\n"
+        'Environment="DB_PASSWORD=two words" "HOME=/var/lib/vllm"\n'
+        "MY_API_KEY='quoted-value-1' MY_TOKEN=\n"
+        "keyring==24.3.1\njson.dumps(x, sort_keys=True)\nVLLM_API_KEY=<redacted:VLLM_API_KEY>\n"
+    )
+    for secret in ("abc123xyz789", "two words", "quoted-value-1"):
+        assert secret not in text
+    assert "S3_SECRET_ACCESS_KEY=<redacted:S3_SECRET_ACCESS_KEY>" in text
+    assert "DB_PASSWORD=<redacted:DB_PASSWORD>" in text
+    assert "HF_HUB_OFFLINE=1" in text and "HOME=/var/lib/vllm" in text
+    assert "keyring==24.3.1" in text and "sort_keys=True" in text
+    assert "VLLM_API_KEY=<redacted:VLLM_API_KEY>\n" in text  # already redacted: kept as it is
+
+
 def test_env_file_secrets_only_secret_names() -> None:
     found = dg.env_file_secrets(f'export MY_PASSWORD="{KEY}"\nPATH=/usr/bin\nSHORT_KEY=ab\n')
     assert found == {"MY_PASSWORD": KEY}
@@ -416,8 +434,15 @@ def test_archive_end_to_end_has_no_key(tmp_path: Path) -> None:
     assert "rocminfo (missing)" in result["summary"]
 
 
+class _NoRedaction(dg.Redactor):
+    """Leaves every text as it is (a node archive collected without redaction)."""
+
+    def __call__(self, text: str) -> str:
+        return text
+
+
 def test_bundle_refuses_a_leak(tmp_path: Path) -> None:
-    archive = _node_archive(tmp_path, "node-2", dg.Redactor([]))  # collected without redaction
+    archive = _node_archive(tmp_path, "node-2", _NoRedaction([]))
     dest = tmp_path / "out" / "diagnose.tar.gz"
     with pytest.raises(dg.LeakError, match="node-2/"):
         dg.bundle(dg.hosts_in([archive]), dest, dg.Redactor([KEY]))

@@ -298,6 +298,50 @@ def test_subprocess_check_with_06_layout(fake_vllm_env: dict[str, str]) -> None:
     )
 
 
+@pytest.fixture
+def fake_venv(tmp_path: Path) -> Path:
+    """A virtualenv layout around this interpreter: bin/python, pyvenv.cfg, one dist-info."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    real = Path(os.path.realpath(sys.executable))
+    (venv / "bin/python").symlink_to(real)
+    (venv / "pyvenv.cfg").write_text(f"home = {real.parent}\n")
+    info = venv / "lib/python3.12/site-packages/vllm-0.6.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("vllm/__init__.py,sha256=aaaa,10\n")
+    return venv
+
+
+def test_an_accepted_argv_is_kept_and_read_back_until_an_install_changes(
+    fake_venv: Path, fake_vllm_env: dict[str, str]
+) -> None:
+    python, cache = str(fake_venv / "bin/python"), str(fake_venv / ".instinct-flag-check")
+    argv = ["--tensor-parallel-size", "8"]
+    first = va.check_in_subprocess(python, argv, 60, fake_vllm_env, cache)
+    assert "cached" not in first and len(os.listdir(cache)) == 1
+    again = va.check_in_subprocess(python, argv, 60, fake_vllm_env, cache)
+    assert again == {**first, "cached": True}
+    # another argv, or another install (a RECORD changed), is checked again
+    other = va.check_in_subprocess(python, ["--enforce-eager"], 60, fake_vllm_env, cache)
+    assert "cached" not in other
+    record = next(fake_venv.glob("lib/*/site-packages/*.dist-info/RECORD"))
+    record.write_text(record.read_text() + "vllm/new.py,sha256=bbbb,1\n")
+    assert "cached" not in va.check_in_subprocess(python, argv, 60, fake_vllm_env, cache)
+
+
+def test_a_refusal_is_never_kept_nor_a_check_mode_answer(
+    fake_venv: Path, fake_vllm_env: dict[str, str]
+) -> None:
+    python, cache = str(fake_venv / "bin/python"), str(fake_venv / ".instinct-flag-check")
+    for _ in range(2):
+        with pytest.raises(va.VllmArgsError, match="invalid choice 'fp16'"):
+            va.check_in_subprocess(python, ["--kv-cache-dtype", "fp16"], 60, fake_vllm_env, cache)
+    va.check_in_subprocess(python, [], 60, fake_vllm_env, cache, record=False)
+    assert not os.path.exists(cache)
+    assert va.default_cache_dir(python) == cache
+    assert va.check_key(str(fake_venv / "elsewhere/bin/python"), []) is None  # not a venv
+
+
 def test_subprocess_check_failures(tmp_path: Path) -> None:
     with pytest.raises(va.VllmArgsError, match="does not exist"):
         va.check_in_subprocess(str(tmp_path / "no-python"), [], 60)
