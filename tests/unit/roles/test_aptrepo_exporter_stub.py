@@ -9,8 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
 from script_loader import load_script
+
+# tests/unit/conftest.py's (this directory's conftest.py shadows it as a module)
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 STUB = ROOT / "tests" / "aptrepo" / "stubs" / "amd_metrics_exporter.py"
 MONITOR = FIXTURES / "instinct" / "amd-smi_monitor_putm_mi300x_8gpu.txt"

@@ -9,20 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from local_play import run_local_playbook
+from local_play import role_play, run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gateway"
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  connection: local
-  vars_files:
-    - "{{ role }}/defaults/main.yml"
-    - "{{ role }}/vars/main.yml"
-  tasks:
+PLAYBOOK = role_play("""\
     - ansible.builtin.include_tasks: "{{ role }}/tasks/assert.yml"
-"""
+""")
 VALID = {
     "gateway_api_keys": [{"name": "client", "key": "client-key-0123456789abcdef"}],
     "gateway_node_api_key": "node-key-0123456789abcdef",

@@ -12,24 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from local_play import run_local_playbook
+from local_play import role_play, run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "gateway"
-PLAYBOOK = """
-- hosts: localhost
-  gather_facts: false
-  connection: local
-  vars_files:
-    - "{{ role }}/defaults/main.yml"
-    - "{{ role }}/vars/main.yml"
-  tasks:
+PLAYBOOK = role_play("""\
     - ansible.builtin.template:
         src: "{{ role }}/templates/{{ item }}.j2"
         dest: "{{ out }}/{{ item }}"
         mode: "0644"
       loop: [haproxy.cfg, haproxy.service.conf]
-"""
+""")
 BACKENDS = [
     {"name": "node1", "address": "10.88.0.5", "port": 8000},
     {"name": "node2", "address": "10.88.0.6", "port": 8000},

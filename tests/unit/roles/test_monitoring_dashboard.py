@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+
+# tests/unit/conftest.py's (this directory's conftest.py shadows it as a module)
+ROOT = Path(__file__).resolve().parents[3]
 
 DASHBOARD = ROOT / "roles" / "monitoring" / "files" / "instinct-vllm-dashboard.json"
 PROMTOOL = shutil.which("promtool")

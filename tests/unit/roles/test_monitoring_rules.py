@@ -18,7 +18,10 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.instinct.vllm.plugins.filter.monitoring import scrape_targets
-from conftest import FIXTURES, ROOT
+
+# tests/unit/conftest.py's (this directory's conftest.py shadows it as a module)
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 ROLE = ROOT / "roles" / "monitoring"
 PROMTOOL = shutil.which("promtool")

@@ -45,4 +45,4 @@ def test_docs_table_matches_the_budgets():
     text = (ROOT / "docs" / "development.md").read_text()
     table = text.split("<!-- budgets:", 1)[1].split("\n\n", 1)[0]
     rows = [line.strip("| ").split(" | ") for line in table.splitlines()[3:]]
-    assert {name: int(value.removesuffix(" s")) for name, value in rows} == budgets()
+    assert {row[0]: int(row[1].removesuffix(" s")) for row in rows} == budgets()

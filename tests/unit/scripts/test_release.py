@@ -59,4 +59,3 @@ def test_a_released_version_is_refused(tmp_path):
     with pytest.raises(release.ReleaseError, match=r"0\.1\.0 is already"):
         release.check_unreleased("0.1.0", tmp_path)
     release.check_unreleased("0.2.0", tmp_path)
-

@@ -333,9 +333,11 @@ def test_a_refusal_is_never_kept_nor_a_check_mode_answer(
     fake_venv: Path, fake_vllm_env: dict[str, str]
 ) -> None:
     python, cache = str(fake_venv / "bin/python"), str(fake_venv / ".instinct-flag-check")
-    for _ in range(2):
-        with pytest.raises(va.VllmArgsError, match="invalid choice 'fp16'"):
-            va.check_in_subprocess(python, ["--kv-cache-dtype", "fp16"], 60, fake_vllm_env, cache)
+    refused = ["--kv-cache-dtype", "fp16"]
+    with pytest.raises(va.VllmArgsError, match="invalid choice 'fp16'"):
+        va.check_in_subprocess(python, refused, 60, fake_vllm_env, cache)
+    with pytest.raises(va.VllmArgsError, match="invalid choice 'fp16'"):  # checked again
+        va.check_in_subprocess(python, refused, 60, fake_vllm_env, cache)
     va.check_in_subprocess(python, [], 60, fake_vllm_env, cache, record=False)
     assert not os.path.exists(cache)
     assert va.default_cache_dir(python) == cache
