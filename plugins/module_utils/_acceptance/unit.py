@@ -126,11 +126,13 @@ def settle(
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[Decision, UnitState, float]:
     """Read the unit until the decision is not WAIT: (decision, last state, seconds waited).
-    Mode temporary never reads it. UnitUnreadable from `read` goes to the caller."""
+    Mode temporary never reads it. UnitUnreadable from `read` goes to the caller. The time is
+    taken before each read, so a unit is failed only on a state read at or after the bound
+    (however long a read takes on a loaded node)."""
     start = clock()
     while True:
-        unit = UnitState() if mode == "temporary" else read()
         elapsed = clock() - start
+        unit = UnitState() if mode == "temporary" else read()
         decision = decide(mode, service, unit, elapsed, bound)
         if decision.action != WAIT:
             return decision, unit, elapsed

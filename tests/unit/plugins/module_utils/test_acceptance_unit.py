@@ -171,3 +171,20 @@ def test_settle_in_mode_temporary_never_reads_the_unit():
     decision, state, waited, sleeps = settle([], mode="temporary")
     assert decision.action == acc.TEMPORARY and state == acc.UnitState()
     assert sleeps == [] and waited == 0.0
+
+
+def test_settle_fails_only_on_a_state_read_at_or_after_the_bound():
+    """A read slower than the bound (a loaded node): the first look still counts as time 0, so
+    the unit is read once more at the bound before it is failed."""
+    clock, reads = Clock(), []
+
+    def slow_read() -> acc.UnitState:
+        reads.append(clock.now)
+        clock.now += 3.0  # each systemctl call takes longer than the whole bound
+        return unit("activating", "start")
+
+    decision, _state, waited = acc.settle(
+        "auto", "vllm", slow_read, 2.0, 10.0, clock.sleep, lambda: clock.now
+    )
+    assert decision.action == acc.FAIL
+    assert len(reads) == 2 and reads[-1] >= 2.0 and waited >= 2.0
