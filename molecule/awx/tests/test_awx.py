@@ -136,10 +136,21 @@ def node_tasks(ident: str) -> list[dict]:
     ]
 
 
+def publish_tasks() -> set[str]:
+    """Task names of role vllm_service's entry point publish (the serving facts, no change)."""
+    tasks = yaml.safe_load((REPO / "roles/vllm_service/tasks/publish.yml").read_text())
+    return {t["name"] for t in tasks if "name" in t}
+
+
 def test_preflight_only_checked() -> None:
-    """playbooks/preflight.yml: roles stack and preflight, nothing changed on the node."""
+    """playbooks/preflight.yml: roles stack and preflight, and vllm_service's published facts
+    (through vllm_service_facts: what preflight reads of the server's flags); nothing changed."""
     ran = node_tasks("awx-preflight")
-    assert {role_of(d) for d in ran} == {"stack", "preflight"}, {role_of(d) for d in ran}
+    roles = {role_of(d) for d in ran}
+    assert roles == {"stack", "preflight", "vllm_service_facts", "vllm_service"}, roles
+    of_service = {d["task"] for d in ran if role_of(d) == "vllm_service"}
+    of_service = {t for t in of_service if not t.startswith("Validating arguments")}
+    assert of_service and of_service <= publish_tasks(), of_service
     assert not [d["task"] for d in ran if d.get("res", {}).get("changed")]
     assert extravars("awx-preflight")["instinct_vllm_stack"] == "cpu"
 
@@ -262,9 +273,10 @@ def test_job_tags_ran_the_unit_part_only() -> None:
         for d in node_tasks("awx-deploy-unit")
         if not d["task"].startswith("Validating arguments against arg spec")
     ]
-    assert {role_of(d) for d in ran} <= {"", "stack", "vllm", "vllm_service"}, {
-        role_of(d) for d in ran
-    }
+    # node: the node sequence's include steps; vllm_service_facts: the published facts
+    assert {role_of(d) for d in ran} <= {
+        "", "node", "stack", "vllm", "vllm_service", "vllm_service_facts"
+    }, {role_of(d) for d in ran}
     # of role vllm only its fact vllm_attention (tasks/attention.yml, tagged always): the unit's
     # environment is rendered from it
     attention = yaml.safe_load((REPO / "roles/vllm/tasks/attention.yml").read_text())
