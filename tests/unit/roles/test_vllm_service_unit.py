@@ -145,8 +145,8 @@ def test_extra_flags_replace_the_defaults_whatever_the_spelling(tmp_path: Path) 
 
 def test_the_published_facts(tmp_path: Path) -> None:
     run, _files = render(tmp_path, vllm_service_name="vllm-b", vllm_service_host="::1",
-                    vllm_service_served_model_name="", vllm_venv_path="/opt/other",
-                    vllm_service_environment={"HF_TOKEN": "hf-secret-0123456789"})
+                         vllm_service_served_model_name="", vllm_venv_path="/opt/other",
+                         vllm_service_environment={"HF_TOKEN": "hf-secret-0123456789"})
     assert run.returncode == 0, run.stdout[-2000:]
     resolved = json.loads((tmp_path / "resolved.json").read_text())
     assert resolved["unit"] == "vllm-b.service"
