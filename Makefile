@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 export INSTINCT_CACHE ?= /var/cache/instinct-vllm
 
-.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image host-packages lint sanity unit lock release
+.PHONY: help test test-fleet demo demo-fleet demo-down bench bench-fleet venv collections image image-trixie host-packages lint sanity pythons unit lock release
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -43,11 +43,17 @@ collections: venv ## .collections/: this checkout as instinct.vllm + pinned thir
 image: host-packages ## the sandbox host image (debootstrap, systemd as PID 1), rebuilt only when its recipe changes
 	tests/sandbox/build-image.sh
 
+image-trixie: host-packages ## opt-in: the same sandbox image from Debian 13 (localhost/instinct-sandbox-trixie)
+	tests/sandbox/build-image.sh trixie
+
 lint: venv collections ## yamllint, ansible-lint (production), ruff, antsibull-docs lint
 	STAGES="yamllint ansible-lint ruff docs-lint" scripts/test
 
 sanity: venv collections ## ansible-test sanity
 	STAGES="sanity" scripts/test
+
+pythons: venv collections ## opt-in: ansible-test sanity on each Python the stacks name (scripts/pythons)
+	scripts/pythons
 
 unit: venv collections ## pytest unit tests
 	STAGES="pytest" scripts/test

@@ -12,9 +12,11 @@ short_description: Name each node's failure class and bundle the evidence into o
 version_added: "0.2.0"
 description:
   - Reads the per-node archives M(instinct.vllm.diagnose_collect) wrote (fetched to the
-    controller), names the known failure class of each node with its fix - compile-time
-    hipcc crash, import-time Triton / torch mismatch, run-time illegal instruction or
-    hipErrorNoBinaryForGpu from a wrong PYTORCH_ROCM_ARCH, "Failed to infer device type"
+    controller), names the known failure class of each node with its fix - a failed vLLM
+    source build (the class and fix M(instinct.vllm.vllm_build) gives for the same log -
+    patch failure, OOM-killed or crashed compiler, missing C++ headers or dependency),
+    import-time Triton / torch mismatch, run-time illegal instruction or hipErrorNoBinaryForGpu
+    from a wrong PYTORCH_ROCM_ARCH, "Failed to infer device type"
     (amdsmi binding missing), transformers too new, amdgpu not loaded or blacklisted, service
     user not in render / video, out of memory, DKMS build failure, Secure Boot refusing the
     module - or C(unknown) when none matched.

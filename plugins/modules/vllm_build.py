@@ -12,8 +12,10 @@ description:
   - Runs C(python setup.py bdist_wheel --dist-dir) O(dist_dir) in O(src) (the way AMD's
     Dockerfile.rocm builds vLLM) with O(env) added to the environment, stdout and stderr
     to O(log).
-  - On failure returns the log tail and a category (C(compiler_crash), C(oom_kill),
-    C(missing_dependency), C(patch_failure) or C(unknown)) with the deciding line and a hint.
+  - On failure returns the log tail and a category (C(build_patch_failure), C(build_oom_kill),
+    C(build_compiler_crash), C(build_cxx_headers_missing), C(build_missing_dependency) or
+    C(unknown)) with the deciding line and its fix as the hint; M(instinct.vllm.diagnose_classify)
+    names the same class and fix for the same log.
   - Meant to run with C(async); the caller polls it and shows the log's last line.
 options:
   src: {description: The patched source tree., type: path, required: true}
@@ -49,6 +51,7 @@ wheel: {description: Path of the wheel built., type: str, returned: success}
 sha256: {description: SHA-256 of the wheel., type: str, returned: success}
 category: {description: Failure category., type: str, returned: failure}
 evidence: {description: The log line that decided the category., type: str, returned: failure}
+hint: {description: The fix for the category., type: str, returned: failure}
 tail: {description: The last 40 non-empty log lines., type: list, elements: str, returned: failure}
 """
 

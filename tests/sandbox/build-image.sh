@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Build the sandbox host image (Debian bookworm, systemd as PID 1) with debootstrap, once:
-# the image is tagged with a hash of this recipe and rebuilt only when the recipe changes.
-# localhost/instinct-sandbox:latest always points at the current recipe's image.
+# Build a sandbox host image (Debian, systemd as PID 1) with debootstrap, once: the image is
+# tagged with a hash of this recipe and its suite, and rebuilt only when they change.
+#   build-image.sh [SUITE]   SUITE: bookworm (default) or trixie
+# localhost/instinct-sandbox:latest always points at the current bookworm image (what the
+# Molecule scenarios boot); another suite's image is localhost/instinct-sandbox-SUITE.
 set -euo pipefail
 
-name=${INSTINCT_SANDBOX_IMAGE_NAME:-localhost/instinct-sandbox}
-suite=${INSTINCT_SANDBOX_SUITE:-bookworm}
+suite=${1:-${INSTINCT_SANDBOX_SUITE:-bookworm}}
+case $suite in
+  bookworm) default_name=localhost/instinct-sandbox ;;
+  trixie) default_name=localhost/instinct-sandbox-$suite ;;
+  *) echo "build-image.sh: suite '$suite' is not bookworm or trixie" >&2; exit 2 ;;
+esac
+name=${INSTINCT_SANDBOX_IMAGE_NAME:-$default_name}
 mirror=${INSTINCT_SANDBOX_MIRROR:-http://deb.debian.org/debian}
 # Packages in the image: what every role's tests need on a bare host. Changing this list
 # (or anything else in this file) changes the tag, and so rebuilds the image.

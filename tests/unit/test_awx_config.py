@@ -7,7 +7,7 @@ read from the pinned ansible wheel, checked in step with the argument_spec its m
 Also: the names objects refer to exist; the templates in awx/ render to the release's values
 unless a site overrides them; surveys agree with files/stacks.yml (GPU stacks only), the roles'
 argument specs and the mi300x inventory; the workflow is preflight -> approval -> rolling update
--> verify; and playbooks/awx_configure.yml passes every key the data uses."""
+-> verify; and role awx (playbooks/awx_configure.yml) passes every key the data uses."""
 
 from __future__ import annotations
 
@@ -534,7 +534,7 @@ def test_the_workflow_asks_what_the_rolling_update_asks() -> None:
 
 
 def _configure_tasks() -> list[dict[str, Any]]:
-    return yaml.safe_load((ROOT / "playbooks" / "awx_configure.yml").read_text())[0]["tasks"]
+    return yaml.safe_load((ROOT / "roles" / "awx" / "tasks" / "main.yml").read_text())
 
 
 def test_the_configure_playbook_passes_every_key_and_only_module_options() -> None:
@@ -550,7 +550,7 @@ def test_the_configure_playbook_passes_every_key_and_only_module_options() -> No
     used = {(_module(key), k) for key, objs in DATA.items() for o in objs for k in o if k != NODES}
     used |= {("workflow_job_template_node", k) for _where, node in WORKFLOW_NODES for k in node}
     for module, field in sorted(used):
-        assert module in passed, f"playbooks/awx_configure.yml applies no awx.awx.{module}"
+        assert module in passed, f"role awx applies no awx.awx.{module}"
         assert field in passed[module], f"awx.awx.{module}: {field} of awx/ not passed"
 
 

@@ -27,7 +27,7 @@ TEST_ONLY = ("molecule", "tests", "inventories/demo")
 FQCN = re.compile(r"(?<![\w.])([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\.[a-z][a-z0-9_]*\b")
 # Optional requirements: the playbook the README names for each, and the only places that use it.
 OPTIONAL = {
-    "awx.awx": ("playbooks/awx_configure.yml", ("playbooks/awx_configure.yml",)),
+    "awx.awx": ("playbooks/awx_configure.yml", ("roles/awx/",)),
     "community.grafana": ("playbooks/monitoring.yml", ("roles/monitoring/",)),
 }
 

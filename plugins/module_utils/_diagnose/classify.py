@@ -8,12 +8,11 @@ matched here are the ones the software prints; where each comes from:
 =========================  =====================================================================
 class                      message (source)
 =========================  =====================================================================
-build_hipcc_crash          "clang...: error: clang frontend command failed due to signal" /
-                           "unable to execute command: Segmentation fault|Killed" (the LLVM
-                           driver, as in ROCm/hip#1291, ROCm/hcc#1178, rocm-arch#302);
-                           "PLEASE submit a bug report to" (LLVM's crash handler);
-                           "fatal error: 'cmath' file not found" (ROCm issue 4612);
-                           kernel "Out of memory: Killed process N (clang...)" (mm/oom_kill.c)
+build_*                    the vLLM source build's log tail and the kernel log, classified by
+                           the table in module_utils/build_log.py (module vllm_build reads the
+                           same one; each row names its sources): build_patch_failure,
+                           build_oom_kill, build_compiler_crash, build_cxx_headers_missing,
+                           build_missing_dependency
 import_triton_mismatch     PyPI ``triton`` next to ``pytorch-triton-rocm`` (vllm PR #16664:
                            xgrammar pulls triton over torch's); "cannot import name 'cdiv' from
                            'triton'" (ROCm/triton#489); "No module named 'triton._C.libtriton"
@@ -54,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.module_utils import build_log
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose import evidence as E
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.evidence import Evidence
 
@@ -80,37 +80,13 @@ def _lines(text: str, pattern: str, limit: int = 3) -> list[str]:
 
 # ------------------------------------------------------------------------------- the rules
 
-_HIPCC = (
-    r"clang(-\d+)?(\+\+)?: error: (clang frontend command failed|unable to execute command)"
-    r"|PLEASE submit a bug report to|fatal error: 'cmath' file not found"
-    r"|Killed signal terminated program|hipcc.*(Segmentation fault|core dumped)"
-)
-_BUILD_OOM = r"Out of memory: Killed process \d+ \((clang|hipcc|cc1plus|ld|lld)"
 
-
-def build_hipcc_crash(ev: Evidence) -> Finding | None:
-    hits = _lines(ev.text("build_log_tail"), _HIPCC) + _lines(ev.text("kernel_log"), _BUILD_OOM)
-    if not hits:
+def build_failed(ev: Evidence) -> Finding | None:
+    """The vLLM source build's class and fix, from the same table module vllm_build reads."""
+    found = build_log.classify(ev.text("build_log_tail"), ev.text("kernel_log"))
+    if found.cls == build_log.UNKNOWN:
         return None
-    text = "\n".join(hits)
-    if "cmath" in text:
-        fix = (
-            "hipcc cannot find the C++ standard headers: install build-essential and the "
-            "libstdc++-dev of the newest GCC (vllm_source_os_packages, e.g. libstdc++-14-dev), "
-            "then rerun site.yml."
-        )
-    elif re.search(r"Killed|Out of memory", text):
-        fix = (
-            "The OOM killer stopped the compiler: fewer parallel jobs - lower "
-            "vllm_source_max_jobs or raise vllm_source_gib_per_job - then rerun site.yml."
-        )
-    else:
-        fix = (
-            "hipcc crashed compiling vLLM's kernels: check that the stack's ROCm matches the "
-            "installed /opt/rocm, lower vllm_source_max_jobs, and rebuild; the build log tail "
-            "is in the archive."
-        )
-    return Finding("build_hipcc_crash", "compile-time hipcc crash (vLLM source build)", fix, hits)
+    return Finding(found.cls, found.title, found.fix, list(found.evidence))
 
 
 _TRITON_IMPORT = (
@@ -346,14 +322,19 @@ GPU_RULES: tuple[Rule, ...] = (
     user_not_in_groups,
 )
 SOFTWARE_RULES: tuple[Rule, ...] = (
-    build_hipcc_crash,
+    build_failed,
     import_triton_mismatch,
     transformers_mismatch,
     device_type_unknown,
     runtime_wrong_arch,
     oom,
 )
-CLASSES: tuple[str, ...] = tuple(r.__name__ for r in GPU_RULES + SOFTWARE_RULES)
+#: The build classes come from the shared table; every other rule is its own class.
+CLASSES: tuple[str, ...] = tuple(
+    name
+    for rule in GPU_RULES + SOFTWARE_RULES
+    for name in (build_log.CLASSES if rule is build_failed else (rule.__name__,))
+)
 
 
 def classify(ev: Evidence, gpu_expected: bool = True) -> dict[str, Any]:

@@ -13,8 +13,8 @@ it stay thin and the unit tests exercise exactly what runs on a host:
 * :func:`requirements_from` - a requirements file flattened (``-r`` followed) without the
   packages the stack installs itself (torch), like vLLM's own ``use_existing_torch.py`` but
   without editing the source tree.
-* :func:`classify_log` - a failed build log sorted into compiler crash, OOM kill, missing
-  dependency, patch failure or unknown, with the line that decided it.
+* :func:`failure` - a failed build's class and fix (the table in module_utils/build_log.py,
+  which diagnose reads too), with the line that decided it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.module_utils import build_log
 from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file
 
 #: Targets of vLLM 0.6.x's setup.py (VLLM_TARGET_DEVICE) this collection knows how to build.
@@ -296,71 +297,6 @@ def requirements_from(
     return out
 
 
-# --- log classification ----------------------------------------------------------------------
-
-#: (category, pattern) in priority order: the first category with a matching line wins.
-_CLASSIFIERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        "patch_failure",
-        re.compile(
-            r"Hunk #\d+ FAILED|can't find file to patch|malformed patch|"
-            r"Reversed \(or previously applied\) patch detected|patch does not apply",
-            re.I,
-        ),
-    ),
-    (
-        "oom_kill",
-        re.compile(
-            r"Killed signal terminated program|unable to execute command: Killed|"
-            r"Out of memory|Cannot allocate memory|std::bad_alloc|"
-            r"(?:clang|hipcc|c\+\+|g\+\+|ninja).*\bKilled\b|exit (?:code|status) 137|signal 9\b",
-            re.I,
-        ),
-    ),
-    (
-        "compiler_crash",
-        re.compile(
-            r"frontend command failed due to signal|internal compiler error|"
-            r"PLEASE submit a bug report|Segmentation fault|Stack dump:|"
-            r"LLVM ERROR|Illegal instruction",
-            re.I,
-        ),
-    ),
-    (
-        "missing_dependency",
-        re.compile(
-            r"ModuleNotFoundError|No module named|fatal error: [^:]+: No such file or directory|"
-            r"fatal error: '[^']+' file not found|Could NOT find|"
-            r"Could not find a package configuration file|command not found|"
-            r"No such file or directory: '[^']*(?:hipcc|cmake|ninja|nvcc)'|"
-            r"Failed to find ROCm|Compatibility with CMake < [\d.]+ has been removed|"
-            r"No matching distribution found",
-            re.I,
-        ),
-    ),
-)
-CATEGORIES: tuple[str, ...] = (*(c for c, _pattern in _CLASSIFIERS), "unknown")
-HINTS: dict[str, str] = {
-    "patch_failure": "a patch of the series does not apply to this source; refresh it",
-    "oom_kill": "a compiler job was killed for memory; lower vllm_source_max_jobs "
-    "or raise vllm_source_gib_per_job",
-    "compiler_crash": "the compiler crashed; check ROCm against the stack, retry with fewer jobs",
-    "missing_dependency": "a tool, header or Python package is missing; check the stack's "
-    "ROCm packages and the build requirements",
-    "unknown": "read the log tail",
-}
-
-
-def classify_log(text: str) -> tuple[str, str | None]:
-    """The failure category of a build log and the line that decided it."""
-    lines = text.splitlines()
-    for category, pattern in _CLASSIFIERS:
-        for line in reversed(lines):
-            if pattern.search(line):
-                return category, line.strip()
-    return "unknown", None
-
-
 def tail(text: str, lines: int = 40) -> list[str]:
     """The last ``lines`` non-empty lines of ``text``."""
     kept = [line for line in text.splitlines() if line.strip()]
@@ -406,15 +342,26 @@ def run_build(
     wheel = find_wheel(dist_dir) if proc.returncode == 0 else None
     if proc.returncode == 0 and wheel is not None:
         return {"rc": 0, "wheel": str(wheel), "sha256": sha256_file(wheel)}
-    category, evidence = classify_log(text)
-    if category == "unknown" and proc.returncode in (-9, 137):
-        category, evidence = "oom_kill", f"setup.py was killed by signal 9 (rc {proc.returncode})"
-    if proc.returncode == 0:
-        category, evidence = "unknown", f"setup.py succeeded but left no vllm-*.whl in {dist_dir}"
+    found = failure(text, proc.returncode, dist_dir)
     return {
         "rc": proc.returncode if proc.returncode != 0 else 1,
-        "category": category,
-        "evidence": evidence,
-        "hint": HINTS[category],
+        "category": found.cls,
+        "evidence": found.line,
+        "hint": found.fix,
         "tail": tail(text),
     }
+
+
+def failure(text: str, returncode: int, dist_dir: str) -> build_log.BuildVerdict:
+    """The class of a failed build: its log's, else a SIGKILL is an OOM kill; a build that
+    exited 0 without a wheel is unknown whatever its log says."""
+    if returncode == 0:
+        return build_log.verdict(
+            build_log.UNKNOWN, f"setup.py succeeded but left no vllm-*.whl in {dist_dir}"
+        )
+    found = build_log.classify(text)
+    if found.cls == build_log.UNKNOWN and returncode in (-9, 137):
+        return build_log.verdict(
+            "build_oom_kill", f"setup.py was killed by signal 9 (rc {returncode})"
+        )
+    return found

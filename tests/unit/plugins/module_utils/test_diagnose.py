@@ -87,7 +87,7 @@ def test_healthy_recorded_node_has_no_class() -> None:
 
 def test_compile_time_hipcc_crash() -> None:
     result = verdict(build_log_tail=built("build_log_hipcc_segfault.txt"))
-    assert result["primary"] == "build_hipcc_crash"
+    assert result["primary"] == "build_compiler_crash"
     finding = result["findings"][0]
     assert any("clang frontend command failed" in line for line in finding["evidence"])
     assert "vllm_source_max_jobs" in finding["fix"]
@@ -95,14 +95,27 @@ def test_compile_time_hipcc_crash() -> None:
 
 def test_compile_time_cmath_missing_names_the_package() -> None:
     result = verdict(build_log_tail=built("build_log_cmath_missing.txt"))
-    assert result["primary"] == "build_hipcc_crash"
+    assert result["primary"] == "build_cxx_headers_missing"
     assert "libstdc++" in result["findings"][0]["fix"]
 
 
 def test_compile_time_oom_killed_compiler() -> None:
     result = verdict(kernel_log=built("kernel_log_build_oom.txt"))
-    assert result["primary"] == "build_hipcc_crash"
+    assert result["primary"] == "build_oom_kill"
     assert "OOM killer" in result["findings"][0]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("log", "cls"),
+    [
+        ("build_log_patch_hunk_failed.txt", "build_patch_failure"),
+        ("build_log_torch_cmake_missing.txt", "build_missing_dependency"),
+    ],
+)
+def test_build_failure_before_compiling(log: str, cls: str) -> None:
+    result = verdict(build_log_tail=built(log))
+    assert result["primary"] == cls
+    assert "site.yml" in result["findings"][0]["fix"]
 
 
 def test_import_time_triton_torch_mismatch() -> None:

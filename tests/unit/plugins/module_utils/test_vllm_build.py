@@ -279,64 +279,23 @@ def test_requirements_missing_file_and_loop(tmp_path: Path) -> None:
         vb.requirements_from(tmp_path, ["a.txt"])
 
 
-# --- log classification -------------------------------------------------------------------------
-
-LOGS = {
-    "oom_kill": [
-        "[201/340] Building HIP object CMakeFiles/_C.dir/csrc/attention/attention_kernels.hip.o",
-        "clang++: error: unable to execute command: Killed",
-        "clang++: error: clang frontend command failed due to signal (use -v to see invocation)",
-        "ninja: build stopped: subcommand failed.",
-    ],
-    "compiler_crash": [
-        "Stack dump:",
-        "0.\tProgram arguments: /opt/rocm-6.2.1/lib/llvm/bin/clang-18 -cc1 ...",
-        "clang++: error: clang frontend command failed due to signal (use -v to see invocation)",
-        "ninja: build stopped: subcommand failed.",
-    ],
-    "missing_dependency": [
-        "-- Found Python: /opt/vllm/venv/bin/python3",
-        "CMake Error at CMakeLists.txt:72 (find_package):",
-        '  Could not find a package configuration file provided by "Torch"',
-    ],
-    "patch_failure": [
-        "patching file vllm/envs.py",
-        "Hunk #1 FAILED at 102.",
-        "1 out of 1 hunk FAILED -- saving rejects to file vllm/envs.py.rej",
-    ],
-}
-
-
-@pytest.mark.parametrize("category", sorted(LOGS))
-def test_classify(category: str) -> None:
-    found, evidence = vb.classify_log("\n".join(LOGS[category]))
-    assert found == category
-    assert evidence in [line.strip() for line in LOGS[category]]
+# --- log classification (the recorded logs: test_build_log.py) -------------------------------
 
 
 def test_classify_more_missing_dependencies() -> None:
-    assert vb.classify_log("ModuleNotFoundError: No module named 'setuptools_scm'")[0] == (
-        "missing_dependency"
-    )
-    assert (
-        vb.classify_log("csrc/ops.h:3:10: fatal error: 'hip/hip_runtime.h' file not found")[0]
-        == "missing_dependency"
-    )
-    assert (
-        vb.classify_log(
-            "CMake Error at CMakeLists.txt:1 (cmake_minimum_required):\n"
-            "  Compatibility with CMake < 3.5 has been removed from CMake."
-        )[0]
-        == "missing_dependency"
-    )
-    assert vb.classify_log("c++: fatal error: Killed signal terminated program cc1plus")[0] == (
-        "oom_kill"
-    )
-
-
-def test_classify_unknown_and_hints() -> None:
-    assert vb.classify_log("error: something else\n") == ("unknown", None)
-    assert set(vb.HINTS) == set(vb.CATEGORIES)
+    cases = {
+        "ModuleNotFoundError: No module named 'setuptools_scm'": "build_missing_dependency",
+        "csrc/ops.h:3:10: fatal error: 'hip/hip_runtime.h' file not found": (
+            "build_missing_dependency"
+        ),
+        "CMake Error at CMakeLists.txt:1 (cmake_minimum_required):\n"
+        "  Compatibility with CMake < 3.5 has been removed from CMake.": (
+            "build_missing_dependency"
+        ),
+        "csrc/ops.hip:1:10: fatal error: 'string' file not found": "build_cxx_headers_missing",
+    }
+    for log, cls in cases.items():
+        assert vb.failure(log, 1, "dist").cls == cls, log
 
 
 # --- running a build ----------------------------------------------------------------------------
@@ -376,7 +335,7 @@ def test_run_build_failure_is_classified_with_the_tail(tmp_path: Path) -> None:
     out = vb.run_build(
         str(src), sys.executable, {}, str(tmp_path / "b.log"), str(tmp_path / "dist")
     )
-    assert out["rc"] == 1 and out["category"] == "oom_kill"
+    assert out["rc"] == 1 and out["category"] == "build_oom_kill"
     assert out["tail"][-1] == "clang++: error: unable to execute command: Killed"
 
 
@@ -385,7 +344,17 @@ def test_run_build_killed_by_sigkill_is_an_oom_kill(tmp_path: Path) -> None:
     out = vb.run_build(
         str(src), sys.executable, {}, str(tmp_path / "b.log"), str(tmp_path / "dist")
     )
-    assert out["category"] == "oom_kill" and out["rc"] == -9
+    assert out["category"] == "build_oom_kill" and out["rc"] == -9
+    assert out["evidence"] == "setup.py was killed by signal 9 (rc -9)"
+
+
+def test_run_build_without_a_wheel_is_unknown_whatever_the_log(tmp_path: Path) -> None:
+    src = _fake_source(tmp_path, "print('clang++: error: unable to execute command: Killed')\n")
+    out = vb.run_build(
+        str(src), sys.executable, {}, str(tmp_path / "b.log"), str(tmp_path / "dist")
+    )
+    assert (out["rc"], out["category"]) == (1, "unknown")
+    assert out["evidence"].startswith("setup.py succeeded but left no vllm-*.whl")
 
 
 # --- the module, run the way Ansible runs it --------------------------------------------------
