@@ -245,7 +245,9 @@ BUILDER_PLAY = """
 """
 
 
-def run_builder_check(tmp_path: Path, python: str, target: str, **variables: object) -> tuple[int, str]:
+def run_builder_check(
+    tmp_path: Path, python: str, target: str, **variables: object
+) -> tuple[int, str]:
     play = tmp_path / "builder.yml"
     play.write_text(BUILDER_PLAY)
     venv = tmp_path / "venv"
