@@ -14,10 +14,11 @@ build_hipcc_crash          "clang...: error: clang frontend command failed due t
                            "PLEASE submit a bug report to" (LLVM's crash handler);
                            "fatal error: 'cmath' file not found" (ROCm issue 4612);
                            kernel "Out of memory: Killed process N (clang...)" (mm/oom_kill.c)
-import_triton_mismatch     PyPI ``triton`` next to ``pytorch-triton-rocm`` (vllm PR #16664:
-                           xgrammar pulls triton over torch's); "cannot import name 'cdiv' from
-                           'triton'" (ROCm/triton#489); "No module named 'triton._C.libtriton"
-                           (ROCm/bitsandbytes#60); "TritonMissing" (triton-lang/triton#7594)
+import_triton_mismatch     PyPI ``triton`` next to ``pytorch-triton-rocm`` (PyPI's CUDA torch
+                           requires it, later xgrammar releases too: vllm PR #16664); "cannot
+                           import name 'cdiv' from 'triton'" (ROCm/triton#489); "No module
+                           named 'triton._C.libtriton" (ROCm/bitsandbytes#60);
+                           "TritonMissing" (triton-lang/triton#7594)
 runtime_wrong_arch         "hipErrorNoBinaryForGpu: Unable to find code object for all current
                            devices!" (HIP runtime; pytorch/pytorch#73534); "Illegal instruction"
                            and systemd's "status=4/ILL"; the stamp's archs vs rocminfo's agents
@@ -138,7 +139,7 @@ def import_triton_mismatch(ev: Evidence) -> Finding | None:
         "import-time Triton / torch mismatch",
         "Both write the same triton/ package: `pip uninstall -y triton` in the venv, then "
         "reinstall torch's own `pytorch-triton-rocm` (--force-reinstall --no-deps, the version "
-        "torch pins) and keep xgrammar from pulling PyPI triton (constraints); restart vllm.",
+        "torch pins) and keep PyPI triton out (torch only from its ROCm index); restart vllm.",
         hits,
     )
 
