@@ -106,7 +106,8 @@ def vllm_rocm_plan(stack: Mapping[str, Any], method: str = "wheel") -> dict[str,
         "reason": reason,
         # The binding every method needs on ROCm (vLLM detects ROCm only through it).
         "amdsmi": rocm,
-        # Built from source: vLLM's requirements pull PyPI triton over the torch index's one.
+        # Built from source: PyPI triton (PyPI's CUDA torch requires it) must not shadow the
+        # torch index's one.
         "triton": triton if (rocm and source is not None and triton) else None,
         # hipcc compiles only in the source method.
         "toolchain": rocm and source is not None,

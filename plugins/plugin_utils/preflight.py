@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.instinct.vllm.plugins.plugin_utils import model_size
 from ansible_collections.instinct.vllm.plugins.plugin_utils import stack_matrix as sm
 
 GIB = 1024**3
@@ -115,31 +116,68 @@ def _check_memory(f: _Findings, host: Mapping[str, Any], min_gib: float) -> None
 
 
 def _check_disks(
-    f: _Findings, host: Mapping[str, Any], requirements: list[Mapping[str, Any]]
+    f: _Findings,
+    host: Mapping[str, Any],
+    requirements: list[Mapping[str, Any]],
+    name: str = "",
+    variables: str = "preflight_disk_requirements",
 ) -> None:
     mounts = host.get("mounts") or []
     for req in requirements:
         path, need = str(req["path"]), float(req["min_free_gib"])
         purpose = req.get("purpose") or "space"
         mount = mount_for(path, mounts)
-        name = f"disk:{path}"
+        check = name or f"disk:{path}"
         if mount is None or not isinstance(mount.get("size_available"), (int, float)):
             f.add(
-                name,
+                check,
                 False,
                 f"free space for {path} ({purpose}) unknown: no mount in ansible_facts.mounts "
-                f"holds it (preflight_disk_requirements).",
+                f"holds it ({variables}).",
                 "warning",
             )
             continue
         free = round(mount["size_available"] / GIB, 1)
         f.add(
-            name,
+            check,
             free >= need,
             f"{free} GiB free on {mount['mount']} for {path} ({purpose}); "
-            f"preflight_disk_requirements asks for {need} GiB. Fix: free space or move {path} "
+            f"{need} GiB needed ({variables}). Fix: free space or move {path} "
             f"to a larger filesystem.",
         )
+
+
+def _model_size_gib(size_gib: float, config: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The model's weights in GiB: ``size_gib`` when given, else derived from its config.json
+    (plugin_utils/model_size.py); (None, why) when neither says."""
+    if size_gib > 0:
+        return size_gib, "preflight_model_size_gib"
+    if not config:
+        return None, ""
+    size, why = model_size.weight_bytes(config)
+    if size is None:
+        return None, why
+    return round(size / GIB, 1), "derived from the model's config.json shape and torch_dtype"
+
+
+def _check_model_disk(f: _Findings, host: Mapping[str, Any], settings: Mapping[str, Any]) -> None:
+    """Room for every copy of the model written on the node: the source (unless it is already
+    there) and the converted copy."""
+    path = str(settings.get("model_disk_path") or "")
+    copies = [str(c) for c in settings.get("model_copies") or []]
+    if not path or not copies:
+        return
+    config = settings.get("model_config") or None
+    size, origin = _model_size_gib(float(settings.get("model_size_gib") or 0), config)
+    if size is None:
+        if origin:  # a config.json that does not tell the size
+            msg = f"the model's size is unknown ({origin}): set preflight_model_size_gib."
+            f.add("disk:model", False, msg, "warning")
+        return
+    purpose = f"the model, {size} GiB ({origin}), {len(copies)} x: {' + '.join(copies)}"
+    requirement = {"path": path, "min_free_gib": round(size * len(copies), 1), "purpose": purpose}
+    variables = "preflight_model_size_gib, preflight_model_copies, preflight_model_disk_path"
+    _check_disks(f, host, [requirement], name="disk:model", variables=variables)
 
 
 def _check_gpu_count(
@@ -472,7 +510,9 @@ def evaluate(
     kernel_abi_policy (fail|warn), kernel_pin (bool: role rocm installs and boots the stack's
     kernel, rocm_kernel_pin), sliding_window (int; 0 or None: read from model_config, the
     model's config.json as a mapping), ck_flash_attention (bool), service_environment (the
-    service's extra environment, vllm_service_environment), max_model_len (int or None).
+    service's extra environment, vllm_service_environment), max_model_len (int or None),
+    model_disk_path (where the model's copies are written; empty: not checked), model_size_gib
+    (0: derived from model_config), model_copies (names of the copies written there).
     """
     f = _Findings()
     heads = settings.get("num_attention_heads") or None
@@ -480,6 +520,7 @@ def evaluate(
     _check_cpu(f, stack, host)
     _check_memory(f, host, float(settings.get("min_memory_gib", 0)))
     _check_disks(f, host, list(settings.get("disk_requirements") or []))
+    _check_model_disk(f, host, settings)
     expected = settings.get("gpu_count")
     _check_gpus(f, stack, gpus, None if expected in (None, "", -1) else int(expected))
     _check_parallel(f, stack, gpus, int(settings.get("tensor_parallel_size", 1)), heads)

@@ -1,6 +1,7 @@
-"""Role vllm's runtime toolchain on a bare Debian 12 node (the sandbox image has no gcc and no
-python3-dev): its check fails naming each package and the variable, the role's list installs
-them (apt, Debian's archive), then the check passes, for the cpu and the rocm platform."""
+"""Role vllm's runtime toolchain on a bare Debian 12 node with APT's Recommends off (the sandbox
+image has python3-pip but no gcc and no python3-dev, which python3-pip only recommends): its
+check fails naming each package and the variable, the role's list installs them (apt, Debian's
+archive, still without Recommends), then the check passes, for the cpu and the rocm platform."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def test_toolchain_check_fails_on_a_bare_node_and_passes_after_the_install(
         )
 
     assert not host.exists("g++") and not host.file("/usr/include/python3.11/Python.h").exists
+    assert host.package("python3-pip").is_installed
+    assert not host.package("python3-dev").is_installed
 
     bare = run("cpu", "check")
     assert bare.rc != 0
@@ -41,6 +44,7 @@ def test_toolchain_check_fails_on_a_bare_node_and_passes_after_the_install(
     assert installed.rc == 0, installed.failure_messages()
     assert installed.count("changed") >= 1
     assert host.package("g++").is_installed and host.package("python3-dev").is_installed
+    assert host.file("/etc/apt/apt.conf.d/99instinct-no-recommends").exists
 
     # rocm's list (gcc came with g++): nothing left to install, and its check passes
     rocm = run("rocm-6.2.1", "install")

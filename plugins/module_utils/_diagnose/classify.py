@@ -13,10 +13,11 @@ build_*                    the vLLM source build's log tail and the kernel log, 
                            same one; each row names its sources): build_patch_failure,
                            build_oom_kill, build_compiler_crash, build_cxx_headers_missing,
                            build_missing_dependency
-import_triton_mismatch     PyPI ``triton`` next to ``pytorch-triton-rocm`` (vllm PR #16664:
-                           xgrammar pulls triton over torch's); "cannot import name 'cdiv' from
-                           'triton'" (ROCm/triton#489); "No module named 'triton._C.libtriton"
-                           (ROCm/bitsandbytes#60); "TritonMissing" (triton-lang/triton#7594)
+import_triton_mismatch     PyPI ``triton`` next to ``pytorch-triton-rocm`` (PyPI's CUDA torch
+                           requires it, later xgrammar releases too: vllm PR #16664); "cannot
+                           import name 'cdiv' from 'triton'" (ROCm/triton#489); "No module
+                           named 'triton._C.libtriton" (ROCm/bitsandbytes#60);
+                           "TritonMissing" (triton-lang/triton#7594)
 runtime_wrong_arch         "hipErrorNoBinaryForGpu: Unable to find code object for all current
                            devices!" (HIP runtime; pytorch/pytorch#73534); "Illegal instruction"
                            and systemd's "status=4/ILL"; the stamp's archs vs rocminfo's agents
@@ -114,7 +115,7 @@ def import_triton_mismatch(ev: Evidence) -> Finding | None:
         "import-time Triton / torch mismatch",
         "Both write the same triton/ package: `pip uninstall -y triton` in the venv, then "
         "reinstall torch's own `pytorch-triton-rocm` (--force-reinstall --no-deps, the version "
-        "torch pins) and keep xgrammar from pulling PyPI triton (constraints); restart vllm.",
+        "torch pins) and keep PyPI triton out (torch only from its ROCm index); restart vllm.",
         hits,
     )
 

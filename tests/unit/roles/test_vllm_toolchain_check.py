@@ -230,3 +230,73 @@ def test_a_malformed_entry_fails_naming_the_variable(tmp_path: Path) -> None:
     assert rc != 0, out
     assert "vllm_runtime_toolchain_packages: every entry is" in out
     assert '"package": "g++"' in out
+
+
+# ---- the builder: tasks/source/headers.yml, before CMake runs ---------------------------------
+
+BUILDER_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  connection: local
+  tasks:
+    - ansible.builtin.include_role:
+        name: instinct.vllm.vllm
+        tasks_from: source/headers
+"""
+
+
+def run_builder_check(
+    tmp_path: Path, python: str, target: str, **variables: object
+) -> tuple[int, str]:
+    play = tmp_path / "builder.yml"
+    play.write_text(BUILDER_PLAY)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(python)
+    done = run_local_playbook(play, {
+        "ansible_python_interpreter": sys.executable, "vllm_venv_path": str(venv),
+        "_vllm_source": {"target_device": target}, **variables,
+    })  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def python_without_headers(tmp_path: Path) -> str:
+    """This python, made to look for Python.h in an empty directory (a node without python3-dev)."""
+    wrapper = tmp_path / "python-no-headers"
+    empty = tmp_path / "empty-include"
+    empty.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --include-dir {empty}\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_the_rocm_builders_list_carries_the_python_headers() -> None:
+    # cmake/utils.cmake: find_package(Python COMPONENTS Interpreter Development.Module ...)
+    assert "python3-dev" in DEFAULTS["vllm_source_toolchain_packages"]
+    assert "python3-dev" in DEFAULTS["vllm_source_cpu_toolchain_packages"]
+
+
+def test_a_builder_with_the_headers_goes_on(tmp_path: Path) -> None:
+    rc, out = run_builder_check(tmp_path, sys.executable, "rocm")
+    assert rc == 0, out
+
+
+def test_a_rocm_builder_without_the_headers_fails_naming_the_package(tmp_path: Path) -> None:
+    rc, out = run_builder_check(tmp_path, python_without_headers(tmp_path), "rocm")
+    assert rc != 0, out
+    assert "cannot find the Python headers" in out
+    assert "install python3-dev (vllm_source_toolchain_packages)" in out
+
+
+def test_the_builders_message_names_the_lists_own_headers_package(tmp_path: Path) -> None:
+    rc, out = run_builder_check(
+        tmp_path, python_without_headers(tmp_path), "cpu",
+        vllm_source_cpu_toolchain_packages=["build-essential", "python3.12-dev"],
+    )  # fmt: skip
+    assert rc != 0, out
+    assert "install python3.12-dev (vllm_source_cpu_toolchain_packages)" in out
+
+
+def test_the_empty_target_runs_no_cmake_and_is_not_checked(tmp_path: Path) -> None:
+    rc, out = run_builder_check(tmp_path, python_without_headers(tmp_path), "empty")
+    assert rc == 0, out
