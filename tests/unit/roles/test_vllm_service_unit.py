@@ -7,6 +7,9 @@ main entry point; tasks_from skips it, so the play does it here), publishes the 
 (the rules a spec cannot say + argv and environment building) and renders
 templates/vllm.service.j2 into a temp dir, then reads the unit back as systemd would split
 ExecStart.
+
+The cases run as hosts of one ansible-playbook (a module fixture; local_play.run_cases), each
+with its own variables and output directory; the -vvv case runs alone, as a user would.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from local_play import Case, run_cases
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAYBOOK = """
-- hosts: localhost
+- hosts: all
   gather_facts: false
   connection: local
   tasks:
@@ -55,16 +60,21 @@ PLAYBOOK = """
 """
 
 
+BASE = {
+    "vllm_service_api_key": "unit-test-key-0123456789",
+    "vllm_service_model": "/srv/models/my model",
+    "vllm_service_served_model_name": "tiny",
+}
+
+
 def render(tmp_path: Path, *flags: str,
            **extra: object) -> tuple[subprocess.CompletedProcess[str], str]:
+    """One case alone (ansible-playbook's own output and exit code)."""
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
     variables = {
         "repo": str(ROOT), "out": str(tmp_path), "ansible_python_interpreter": sys.executable,
-        "vllm_service_api_key": "unit-test-key-0123456789",
-        "vllm_service_model": "/srv/models/my model",
-        "vllm_service_served_model_name": "tiny",
-        **extra,
+        **BASE, **extra,
     }
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     run = subprocess.run(
@@ -76,13 +86,70 @@ def render(tmp_path: Path, *flags: str,
     return run, unit.read_text() if unit.exists() else ""
 
 
+TRITON = "VLLM_USE_TRITON_FLASH_ATTN"
+CK = {"instinct_vllm_stack": "rocm-6.2.1", "vllm_source_ck_flash_attention": True}
+BAD_INPUT = [
+    ({"vllm_service_api_key": "short"}, "vllm_service_api_key"),
+    ({"vllm_service_model": ""}, "vllm_service_model"),
+    ({"vllm_service_launcher": "docker"}, "vllm_service_launcher"),
+    ({"vllm_service_flags": {"api_key": "x" * 20}},
+     "vllm_service_flags: flag --api-key is not allowed"),
+    ({"vllm_service_flags_extra": "--max-model-len=1 --max_model_len 2"},
+     "vllm_service_flags_extra gives the flag --max-model-len twice"),
+]
+CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
+    "defaults": {},
+    "flags": {
+        "vllm_service_flags": {"dtype": "float32", "enforce-eager": False},
+        "vllm_service_flags_extra": {"max_model_len": 512},
+        "vllm_service_environment": {"VLLM_CPU_KVCACHE_SPACE": "1", "ODD": "a b%c"},
+        "vllm_service_launcher": "api_server",
+    },
+    "extra-spelling": {"vllm_service_flags_extra": "--max_model_len=512 --port 8100"},
+    "published": {"vllm_service_name": "vllm-b", "vllm_service_host": "::1",
+                  "vllm_service_served_model_name": "", "vllm_venv_path": "/opt/other",
+                  "vllm_service_environment": {"HF_TOKEN": "hf-secret-0123456789"}},
+    "ck": CK,
+    "no-ck": {"instinct_vllm_stack": "rocm-6.2.1"},  # off, the default
+    "ck-agrees": {**CK, "vllm_service_environment": {TRITON: False}},
+    "ck-forced-1": {**CK, "vllm_service_environment": {TRITON: "1"}},
+    "ck-forced-TRUE": {**CK, "vllm_service_environment": {TRITON: "TRUE"}},
+    "no-ck-triton": {"instinct_vllm_stack": "rocm-6.2.1",
+                     "vllm_service_environment": {TRITON: "1"}},
+    **{f"bad{n}": extra for n, (extra, _needle) in enumerate(BAD_INPUT)},
+}
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Case, str, Path]]:
+    """Every case of CASES: its result, its unit ("" if none was written), its output dir."""
+    tmp = tmp_path_factory.mktemp("vllm-service")
+    (tmp / "play.yml").write_text(PLAYBOOK)
+    outs = {name: tmp / name for name in CASES}
+    for out in outs.values():
+        out.mkdir()
+    results = run_cases(tmp / "play.yml",
+                        {name: {**BASE, **extra, "out": str(outs[name])}
+                         for name, extra in CASES.items()},
+                        {"repo": str(ROOT)})
+    return {name: (results[name], unit.read_text() if (unit := outs[name] / "vllm.service")
+                   .exists() else "", outs[name])
+            for name in CASES}  # fmt: skip
+
+
+def ok(rendered: dict[str, tuple[Case, str, Path]], name: str) -> tuple[str, Path]:
+    """A case that must pass: its unit and output dir."""
+    case, unit, out = rendered[name]
+    assert not case.failed, case.output[-2000:]
+    return unit, out
+
+
 def directive(unit: str, key: str) -> list[str]:
     return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith(key + "=")]
 
 
-def test_exec_start_is_wrapper_then_vllm_serve(tmp_path: Path) -> None:
-    run, unit = render(tmp_path)
-    assert run.returncode == 0, run.stdout[-2000:]
+def test_exec_start_is_wrapper_then_vllm_serve(rendered) -> None:
+    unit, _ = ok(rendered, "defaults")
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
     assert argv[:2] == ["/usr/bin/python3", "/usr/local/libexec/instinct-vllm-watchdog"]
@@ -102,15 +169,8 @@ def test_exec_start_is_wrapper_then_vllm_serve(tmp_path: Path) -> None:
     assert directive(unit, "DeviceAllow") == ["/dev/kfd rw", "char-drm rw"]
 
 
-def test_flags_extra_and_environment(tmp_path: Path) -> None:
-    run, unit = render(
-        tmp_path,
-        vllm_service_flags={"dtype": "float32", "enforce-eager": False},
-        vllm_service_flags_extra={"max_model_len": 512},
-        vllm_service_environment={"VLLM_CPU_KVCACHE_SPACE": "1", "ODD": "a b%c"},
-        vllm_service_launcher="api_server",
-    )
-    assert run.returncode == 0, run.stdout[-2000:]
+def test_flags_extra_and_environment(rendered) -> None:
+    unit, _ = ok(rendered, "flags")
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
     assert argv[cut + 1 :] == [
@@ -125,30 +185,24 @@ def test_flags_extra_and_environment(tmp_path: Path) -> None:
     assert "HF_HUB_OFFLINE=1" in env
 
 
-def test_extra_flags_replace_the_defaults_whatever_the_spelling(tmp_path: Path) -> None:
+def test_extra_flags_replace_the_defaults_whatever_the_spelling(rendered) -> None:
     """The MI300X defaults say max-model-len 32768; the extra flags, on a command line with
     another spelling, replace it (and the port, which the published fact then carries)."""
-    run, unit = render(
-        tmp_path, vllm_service_flags_extra="--max_model_len=512 --port 8100"
-    )
-    assert run.returncode == 0, run.stdout[-2000:]
+    unit, out = ok(rendered, "extra-spelling")
     argv = shlex.split(directive(unit, "ExecStart")[0])
     assert argv.count("--max-model-len") == 1 and "--max_model_len" not in argv
     assert argv[argv.index("--max-model-len") + 1] == "512"
     assert argv[argv.index("--port") + 1] == "8100"
-    resolved = json.loads((tmp_path / "resolved.json").read_text())
+    resolved = json.loads((out / "resolved.json").read_text())
     assert resolved["flags"]["max-model-len"] == 512 and "max_model_len" not in resolved["flags"]
     assert resolved["flags"]["tensor-parallel-size"] == 8
     assert resolved["port"] == 8100 and resolved["url"] == "http://127.0.0.1:8100"
     assert resolved["argv"] == argv[argv.index("/srv/models/my model") + 1 :]
 
 
-def test_the_published_facts(tmp_path: Path) -> None:
-    run, _files = render(tmp_path, vllm_service_name="vllm-b", vllm_service_host="::1",
-                         vllm_service_served_model_name="", vllm_venv_path="/opt/other",
-                         vllm_service_environment={"HF_TOKEN": "hf-secret-0123456789"})
-    assert run.returncode == 0, run.stdout[-2000:]
-    resolved = json.loads((tmp_path / "resolved.json").read_text())
+def test_the_published_facts(rendered) -> None:
+    _, out = ok(rendered, "published")
+    resolved = json.loads((out / "resolved.json").read_text())
     assert resolved["unit"] == "vllm-b.service"
     assert resolved["unit_file"] == "/etc/systemd/system/vllm-b.service"
     assert resolved["env_file"] == "/etc/vllm/vllm-b.env"
@@ -192,65 +246,45 @@ def test_secret_named_entries_go_to_the_env_file_not_the_unit(tmp_path: Path) ->
 
 # --- attention: role vllm's fact vllm_attention in the server's environment --------------------
 
-TRITON = "VLLM_USE_TRITON_FLASH_ATTN"
-CK = {"instinct_vllm_stack": "rocm-6.2.1", "vllm_source_ck_flash_attention": True}
-
 
 def triton_lines(unit: str) -> list[str]:
     return [e for e in directive(unit, "Environment") if e.startswith(TRITON + "=")]
 
 
-def test_ck_flash_attention_turns_triton_off_in_the_unit(tmp_path: Path) -> None:
-    run, unit = render(tmp_path, **CK)
-    assert run.returncode == 0, run.stdout[-2000:]
+def test_ck_flash_attention_turns_triton_off_in_the_unit(rendered) -> None:
+    unit, _ = ok(rendered, "ck")
     assert triton_lines(unit) == [f"{TRITON}=0"]
     assert "HF_HUB_OFFLINE=1" in directive(unit, "Environment")  # the base stays
 
 
-def test_without_ck_flash_attention_the_unit_leaves_the_variable_to_vllm(tmp_path: Path) -> None:
-    run, unit = render(tmp_path, instinct_vllm_stack="rocm-6.2.1")  # off, the default
-    assert run.returncode == 0, run.stdout[-2000:]
+def test_without_ck_flash_attention_the_unit_leaves_the_variable_to_vllm(rendered) -> None:
+    unit, _ = ok(rendered, "no-ck")
     assert triton_lines(unit) == []
 
 
-def test_an_entry_that_agrees_with_ck_is_kept(tmp_path: Path) -> None:
+def test_an_entry_that_agrees_with_ck_is_kept(rendered) -> None:
     # vLLM reads a YAML false ("False" in the unit) as false, as it reads 0
-    run, unit = render(tmp_path, **CK, vllm_service_environment={TRITON: False})
-    assert run.returncode == 0, run.stdout[-2000:]
+    unit, _ = ok(rendered, "ck-agrees")
     assert triton_lines(unit) == [f"{TRITON}=False"]
 
 
 @pytest.mark.parametrize("value", ["1", "TRUE"])
-def test_an_entry_that_forces_triton_over_ck_is_refused(tmp_path: Path, value: object) -> None:
-    run, unit = render(tmp_path, **CK, vllm_service_environment={TRITON: value})
-    assert run.returncode != 0
-    assert f"vllm_service_environment sets {TRITON}={value}" in run.stdout
-    assert "vllm_source_ck_flash_attention" in run.stdout
+def test_an_entry_that_forces_triton_over_ck_is_refused(rendered, value: object) -> None:
+    case, unit, _ = rendered[f"ck-forced-{value}"]
+    assert case.failed
+    assert f"vllm_service_environment sets {TRITON}={value}" in case.output
+    assert "vllm_source_ck_flash_attention" in case.output
     assert unit == ""
 
 
-def test_without_ck_the_users_triton_choice_stands(tmp_path: Path) -> None:
-    run, unit = render(
-        tmp_path, instinct_vllm_stack="rocm-6.2.1", vllm_service_environment={TRITON: "1"}
-    )
-    assert run.returncode == 0, run.stdout[-2000:]
+def test_without_ck_the_users_triton_choice_stands(rendered) -> None:
+    unit, _ = ok(rendered, "no-ck-triton")
     assert triton_lines(unit) == [f"{TRITON}=1"]
 
 
-@pytest.mark.parametrize(
-    ("extra", "needle"),
-    [
-        ({"vllm_service_api_key": "short"}, "vllm_service_api_key"),
-        ({"vllm_service_model": ""}, "vllm_service_model"),
-        ({"vllm_service_launcher": "docker"}, "vllm_service_launcher"),
-        ({"vllm_service_flags": {"api_key": "x" * 20}},
-         "vllm_service_flags: flag --api-key is not allowed"),
-        ({"vllm_service_flags_extra": "--max-model-len=1 --max_model_len 2"},
-         "vllm_service_flags_extra gives the flag --max-model-len twice"),
-    ],
-)
-def test_bad_input_fails_naming_the_variable(tmp_path: Path, extra: dict, needle: str) -> None:
-    run, unit = render(tmp_path, **extra)
-    assert run.returncode != 0
-    assert needle in run.stdout + run.stderr
+@pytest.mark.parametrize(("n", "needle"), [(n, needle) for n, (_, needle) in enumerate(BAD_INPUT)])
+def test_bad_input_fails_naming_the_variable(rendered, n: int, needle: str) -> None:
+    case, unit, _ = rendered[f"bad{n}"]
+    assert case.failed
+    assert needle in case.output
     assert unit == ""
