@@ -149,7 +149,7 @@ def directive(unit: str, key: str) -> list[str]:
 
 
 def test_exec_start_is_wrapper_then_vllm_serve(rendered) -> None:
-    unit, _ = ok(rendered, "defaults")
+    unit, _out = ok(rendered, "defaults")
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
     assert argv[:2] == ["/usr/bin/python3", "/usr/local/libexec/instinct-vllm-watchdog"]
@@ -170,7 +170,7 @@ def test_exec_start_is_wrapper_then_vllm_serve(rendered) -> None:
 
 
 def test_flags_extra_and_environment(rendered) -> None:
-    unit, _ = ok(rendered, "flags")
+    unit, _out = ok(rendered, "flags")
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
     assert argv[cut + 1 :] == [
@@ -201,7 +201,7 @@ def test_extra_flags_replace_the_defaults_whatever_the_spelling(rendered) -> Non
 
 
 def test_the_published_facts(rendered) -> None:
-    _, out = ok(rendered, "published")
+    _unit, out = ok(rendered, "published")
     resolved = json.loads((out / "resolved.json").read_text())
     assert resolved["unit"] == "vllm-b.service"
     assert resolved["unit_file"] == "/etc/systemd/system/vllm-b.service"
@@ -252,25 +252,25 @@ def triton_lines(unit: str) -> list[str]:
 
 
 def test_ck_flash_attention_turns_triton_off_in_the_unit(rendered) -> None:
-    unit, _ = ok(rendered, "ck")
+    unit, _out = ok(rendered, "ck")
     assert triton_lines(unit) == [f"{TRITON}=0"]
     assert "HF_HUB_OFFLINE=1" in directive(unit, "Environment")  # the base stays
 
 
 def test_without_ck_flash_attention_the_unit_leaves_the_variable_to_vllm(rendered) -> None:
-    unit, _ = ok(rendered, "no-ck")
+    unit, _out = ok(rendered, "no-ck")
     assert triton_lines(unit) == []
 
 
 def test_an_entry_that_agrees_with_ck_is_kept(rendered) -> None:
     # vLLM reads a YAML false ("False" in the unit) as false, as it reads 0
-    unit, _ = ok(rendered, "ck-agrees")
+    unit, _out = ok(rendered, "ck-agrees")
     assert triton_lines(unit) == [f"{TRITON}=False"]
 
 
 @pytest.mark.parametrize("value", ["1", "TRUE"])
 def test_an_entry_that_forces_triton_over_ck_is_refused(rendered, value: object) -> None:
-    case, unit, _ = rendered[f"ck-forced-{value}"]
+    case, unit, _out = rendered[f"ck-forced-{value}"]
     assert case.failed
     assert f"vllm_service_environment sets {TRITON}={value}" in case.output
     assert "vllm_source_ck_flash_attention" in case.output
@@ -278,13 +278,15 @@ def test_an_entry_that_forces_triton_over_ck_is_refused(rendered, value: object)
 
 
 def test_without_ck_the_users_triton_choice_stands(rendered) -> None:
-    unit, _ = ok(rendered, "no-ck-triton")
+    unit, _out = ok(rendered, "no-ck-triton")
     assert triton_lines(unit) == [f"{TRITON}=1"]
 
 
-@pytest.mark.parametrize(("n", "needle"), [(n, needle) for n, (_, needle) in enumerate(BAD_INPUT)])
+@pytest.mark.parametrize(
+    ("n", "needle"), [(n, needle) for n, (_vars, needle) in enumerate(BAD_INPUT)]
+)
 def test_bad_input_fails_naming_the_variable(rendered, n: int, needle: str) -> None:
-    case, unit, _ = rendered[f"bad{n}"]
+    case, unit, _out = rendered[f"bad{n}"]
     assert case.failed
     assert needle in case.output
     assert unit == ""

@@ -68,7 +68,7 @@ def test_parameters_of_published_shapes(config: dict[str, Any], billions: float)
 
 
 def test_bytes_follow_the_dtype() -> None:
-    params, _ = ms.dense_parameters(llama())
+    params, _why = ms.dense_parameters(llama())
     assert ms.weight_bytes(llama())[0] == 2 * params
     assert ms.weight_bytes(llama(torch_dtype="float32"))[0] == 4 * params
 
@@ -88,7 +88,7 @@ def test_what_cannot_be_derived_says_why(over: dict[str, Any], why: str) -> None
 
 
 def test_the_legacy_120b_is_about_69b_parameters_and_138_gb() -> None:
-    params, _ = ms.dense_parameters(LEGACY_120B)
+    params, _why = ms.dense_parameters(LEGACY_120B)
     assert round(params / 1e9) == 69
     assert round(ms.weight_bytes(LEGACY_120B)[0] / 1e9) == 138
 
@@ -101,7 +101,7 @@ def test_the_docs_state_the_size_the_shape_gives(path: str) -> None:
     params = re.search(r"(?:about|~)\s?(\d+)\s?(?:billion|B) parameters", text)
     size = re.search(r"(?:about|~)\s?(\d+) GB in bf16", text)
     assert params and size, f"{path} states no parameter count and bf16 size"
-    derived, _ = ms.dense_parameters(LEGACY_120B)
+    derived, _why = ms.dense_parameters(LEGACY_120B)
     assert int(params.group(1)) == round(derived / 1e9)
     assert int(size.group(1)) == round(ms.weight_bytes(LEGACY_120B)[0] / 1e9)
 
