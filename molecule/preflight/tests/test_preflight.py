@@ -115,12 +115,6 @@ CASES: dict[str, dict] = {
         "rocm_kernel_pin": True,
     },
     "kernel_validated": {**KERNEL_STACK, **STUBS, "test_kernel_release": "6.8.0-41-generic"},
-    # a model to download and convert that no disk holds twice
-    "model_too_big": {
-        "instinct_vllm_stack": "cpu",
-        "model_source": "url",
-        "preflight_model_size_gib": 1000000,
-    },
 }
 
 PLAYBOOK = [
@@ -328,15 +322,6 @@ def test_good_gpu_stack_reads_the_stub_tools(run):
                 "(ansible_facts.kernel)",
                 "stack 'preflight-kernel' rocm.kernel_abi (6.8.0-31 to 6.8.0-41)",
                 "preflight_kernel_abi_policy: warn (now fail)",
-            ],
-        ),
-        (
-            "model_too_big",
-            [
-                "for /srv/models/model (the model, 1000000.0 GiB (preflight_model_size_gib), "
-                "2 x: source (url) + converted copy)",
-                "2000000.0 GiB needed (preflight_model_size_gib, preflight_model_copies, "
-                "preflight_model_disk_path)",
             ],
         ),
         (
