@@ -179,15 +179,20 @@ def test_the_lists_provide_what_torch_and_triton_need() -> None:
 
 # ---- through the role: tasks_from toolchain_check in a local play -----------------------------
 
-PLAY = """
+def role_play(tasks_from: str) -> str:
+    """A local play that runs one task file of role vllm."""
+    return f"""
 - hosts: localhost
   gather_facts: false
   connection: local
   tasks:
     - ansible.builtin.include_role:
         name: instinct.vllm.vllm
-        tasks_from: toolchain_check
+        tasks_from: {tasks_from}
 """
+
+
+PLAY = role_play("toolchain_check")
 
 
 def run_role_check(tmp_path: Path, **variables: object) -> tuple[int, str]:
@@ -234,15 +239,7 @@ def test_a_malformed_entry_fails_naming_the_variable(tmp_path: Path) -> None:
 
 # ---- the builder: tasks/source/headers.yml, before CMake runs ---------------------------------
 
-BUILDER_PLAY = """
-- hosts: localhost
-  gather_facts: false
-  connection: local
-  tasks:
-    - ansible.builtin.include_role:
-        name: instinct.vllm.vllm
-        tasks_from: source/headers
-"""
+BUILDER_PLAY = role_play("source/headers")
 
 
 def run_builder_check(
