@@ -6,6 +6,8 @@
   fails when someone runs the file by its name.
 - The docs (every Markdown file of the repository) cite the repository and public sources only:
   no path of the machine they were written on (`/work/...`, `../shared/...`, a home directory).
+- Their relative links name files that exist, and a section they cite by its title
+  (`docs/serving.md, "Hardening"`) is a heading of that file.
 """
 
 from __future__ import annotations
@@ -82,3 +84,62 @@ def test_outside_pattern() -> None:
     for good in ("https://github.com/vllm-project/vllm/blob/v0.6.6.post1/Dockerfile.rocm",
                  "molecule/shared/cpu-wheelhouse.yml", "docs/work/x", "~/.ansible/collections"):
         assert not OUTSIDE.search(good), good
+
+
+# A Markdown link [text](target), and a section cited by title: `x.md, "Title"`,
+# `[x.md](x.md), "Title"` or `(x.md, "Title")`.
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+SECTION = re.compile(r"([\w./-]+\.md)`?(?:\]\([^)]*\))?\)?,\s+\"([^\"]+)\"")
+FENCE = re.compile(r"```.*?```", re.S)
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative link targets of a Markdown file (outside code blocks) that do not exist."""
+    text = FENCE.sub("", path.read_text())
+    targets = (m.group(1) for m in LINK.finditer(text))
+    return [t for t in targets
+            if not re.match(r"[a-z]+:|#", t) and not (path.parent / t.split("#")[0]).exists()]
+
+
+def headings(path: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in path.read_text().splitlines()
+            if line.startswith("#")]
+
+
+def cited_file(path: Path, name: str) -> Path | None:
+    """A file a doc names: relative to the doc, to the repository, or a docs/ page by name."""
+    for candidate in (path.parent / name, ROOT / name, ROOT / "docs" / Path(name).name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def missing_sections(path: Path) -> list[str]:
+    """Sections cited by title (`x.md, "Title"`) that are no heading of the file they name."""
+    text = " ".join(FENCE.sub("", path.read_text()).split())
+    missing = []
+    for name, title in SECTION.findall(text):
+        target = cited_file(path, name)
+        if target is None or not any(title in h for h in headings(target)):
+            missing.append(f"{name}, {title!r}")
+    return missing
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(path: Path) -> None:
+    assert not broken_links(path), f"{path.relative_to(ROOT)}: no such file: {broken_links(path)}"
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_cited_sections_exist(path: Path) -> None:
+    assert not missing_sections(path), (
+        f"{path.relative_to(ROOT)} cites sections that are no heading: {missing_sections(path)}")
+
+
+def test_link_and_section_patterns(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A\n## Hardening\n")
+    doc = tmp_path / "b.md"
+    doc.write_text('[a](a.md), [x](https://e.org/x), [n](nope.md), `a.md, "Hardening"`, '
+                   '[a.md](a.md), "Hardening", (a.md, "Gone")\n```\n[c](code.md)\n```\n')
+    assert broken_links(doc) == ["nope.md"]
+    assert missing_sections(doc) == ["a.md, 'Gone'"]
