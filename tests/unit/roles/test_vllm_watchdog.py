@@ -700,6 +700,31 @@ def test_a_health_timeout_while_idle_is_not_excused() -> None:
     assert m.verdict(1.0).reasons == ("/health: timed out",)
 
 
+def test_a_poll_records_a_slow_health_with_the_metrics_of_the_same_poll(monkeypatch) -> None:
+    """Load arrives between two polls: /health times out, /metrics then shows the engine busy
+    and progressing. The timeout is recorded with that sample, never judged alone against the
+    older, idle one (the gateway's agent would eject the node meanwhile)."""
+    import threading
+
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 0))  # idle at the previous poll
+    clock = iter([1.0, 1.0, 5.0, 5.0, 5.0, 5.0])
+    verdicts_during_metrics = []
+
+    def call(url: str, timeout: float, token: object = None, payload: object = None) -> tuple:
+        if url.endswith("/health"):
+            return None, b"", "timed out"
+        verdicts_during_metrics.append(m.verdict(5.0).alive)  # what the agent answers now
+        return 200, METRICS_V0.replace("3400.0", "3999.0").encode(), "HTTP 200"
+
+    monkeypatch.setattr(wd, "http_call", call)
+    poller = wd.Poller(m, threading.Lock(), None, lambda *a: None, clock=lambda: next(clock))
+    poller._poll_once()
+    assert verdicts_during_metrics == [True]
+    assert m.health_detail == "timed out" and m.sample is not None and m.sample.running == 3.0
+    assert m.verdict(5.0).alive  # busy and progressing: the slow /health is excused
+
+
 # Over time: the Monitor driven like the poller and main loop drive it, with the role's
 # settings (poll 5 s, /health timeout 10 s, stall 30 s, probe every 30 s with a 30 s timeout)
 # and WatchdogSec=30 (pings every 15 s). systemd restarts when no ping came for WatchdogSec.
