@@ -120,7 +120,8 @@ def test_each_node_with_a_status_port_has_the_agent_check(rendered):
         "server node3 10.88.0.7:8000",
     ]
     default_server = next(line for line in backend if line.startswith("default-server"))
-    assert "agent-inter 1s" in default_server and default_server.split()[:3] == ["default-server", "check", "inter"]
+    assert "agent-inter 1s" in default_server
+    assert default_server.split()[:3] == ["default-server", "check", "inter"]
 
 
 def test_requests_without_a_response_byte_are_retried_on_another_node(rendered):
