@@ -332,6 +332,19 @@ def test_stall_verdict_grows_between_samples() -> None:
     assert not m.verdict(11.0).alive  # no new sample (poller slow): still judged from t=0
 
 
+def test_a_missed_metrics_read_neither_hides_a_stall_nor_progress() -> None:
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 2))
+    tick(m, 1.0, sample(100, 2))  # frozen from t=1
+    for t in (3.0, 7.0):
+        m.observe_metrics(t, None)  # /metrics timed out
+        tick(m, t + 2, sample(100, 2))
+    assert m.stalled_for(11.5) > 10.0 and m.verdict(11.5).state == "stalled"
+    m.observe_metrics(12.0, None)
+    tick(m, 14.0, sample(150, 2))  # moved while unseen: progress
+    assert m.last_progress == 14.0 and m.verdict(14.0).alive
+
+
 def test_counter_reset_counts_as_change() -> None:
     m = ready_monitor(stall_timeout=1.0)
     tick(m, 0.0, sample(500, 1))
@@ -821,7 +834,16 @@ def test_saturated_and_progressing_with_stats_on_is_never_restarted() -> None:
     assert m.probe_ok is False and m.probe_detail == "timed out"  # the probes did time out
 
 
-@pytest.mark.parametrize("metrics", [saturated_metrics, no_stats], ids=["stats-on", "stats-off"])
+def saturated_metrics_every_other_poll(t: float) -> object:
+    """Saturated, and /metrics itself times out on every other poll (the poller gets None)."""
+    return saturated_metrics(t) if t % 10 == 0 else None
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [saturated_metrics, no_stats, saturated_metrics_every_other_poll],
+    ids=["stats-on", "stats-off", "stats-on-metrics-timing-out"],
+)
 def test_saturated_with_slow_health_is_never_restarted_nor_ejected(metrics: Metrics) -> None:
     """/health times out on every other poll and every probe times out, while the engine
     progresses: the watchdog keeps pinging and the gateway's agent never hears "down"."""
