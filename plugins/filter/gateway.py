@@ -5,13 +5,16 @@
 Usage::
 
     groups['vllm_nodes'] | instinct.vllm.gateway_nodes(hostvars)
-        -> [{'name': 'node1', 'address': '10.0.0.11', 'port': 8000}, ...]
+        -> [{'name': 'node1', 'address': '10.0.0.11', 'port': 8000, 'agent_port': 8001}, ...]
     gateway_api_keys | instinct.vllm.gateway_key_hashes
         -> [{'name': 'team-a', 'sha256': '<64 hex>', 'rate_limit': 600 | None,
              'max_concurrency': 8 | None}, ...]
 
-gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name) and
-``vllm_service_port`` (else 8000); the HAProxy server is named after the inventory host.
+gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name),
+``vllm_service_port`` (else 8000) and the port of its watchdog's agent-check answer
+(``vllm_service_resolved.status_port`` when role vllm_service published it in this run, else
+``vllm_service_status_port``, else 8001, the role's default; 0 = none); the HAProxy server is
+named after the inventory host.
 gateway_key_hashes: ``key_sha256`` as given (lower case) or the SHA-256 of ``key``; the clear key
 does not appear in the result. ``max_concurrency``, when set, must be a positive integer.
 """
@@ -42,8 +45,27 @@ def gateway_nodes(hosts: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any
         hv = hostvars[name]
         address = hv.get("gateway_node_address") or hv.get("ansible_host") or name
         nodes.append({"name": name, "address": str(address),
-                      "port": int(hv.get("vllm_service_port") or 8000)})
+                      "port": int(hv.get("vllm_service_port") or 8000),
+                      "agent_port": _agent_port(name, hv)})
     return nodes
+
+
+def _agent_port(name: str, hv: Mapping[str, Any]) -> int:
+    """The node's watchdog status port: the published fact, else the variable, else 8001."""
+    resolved = hv.get("vllm_service_resolved")
+    value = resolved.get("status_port") if isinstance(resolved, Mapping) else None
+    if value is None:
+        value = hv.get("vllm_service_status_port", 8001)
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if isinstance(value, bool) or not 0 <= port <= 65535:
+        raise AnsibleFilterError(
+            f"instinct.vllm.gateway_nodes: host {name!r}: vllm_service_status_port must be 0 "
+            f"or a port 1-65535 (is {value!r})"
+        )
+    return port
 
 
 def gateway_key_hashes(keys: Any) -> list[dict[str, Any]]:

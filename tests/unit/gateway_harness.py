@@ -179,6 +179,23 @@ class Gateway:
     dir: Path
     context: ssl.SSLContext
     log: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def alive(self) -> None:
+        """Fail with HAProxy's output when it has exited."""
+        assert self.proc is None or self.proc.poll() is None, (
+            "haproxy exited:\n" + self.log.read_text()[-3000:])
+
+    def runtime(self, command: str) -> str:
+        """One command to the runtime API (the admin socket), its whole answer."""
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(TIMEOUT)
+            sock.connect(str(self.dir / "admin.sock"))
+            sock.sendall(command.encode() + b"\n")
+            out = b""
+            while chunk := sock.recv(65536):
+                out += chunk
+        return out.decode()
 
     def connect(self, source: str = "127.0.0.1") -> http.client.HTTPSConnection:
         """A connection from ``source`` (any 127.0.0.0/8 address is the loopback interface)."""
@@ -187,14 +204,7 @@ class Gateway:
 
     def table(self) -> str:
         """`show table st_keys` from the runtime API."""
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(TIMEOUT)
-            sock.connect(str(self.dir / "admin.sock"))
-            sock.sendall(b"show table st_keys\n")
-            out = b""
-            while chunk := sock.recv(65536):
-                out += chunk
-        return out.decode()
+        return self.runtime("show table st_keys")
 
     def conn_cur(self, name: str) -> int | None:
         for line in self.table().splitlines():
@@ -241,7 +251,11 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> 
         time.sleep(0.02)
 
 
-def render(directory: Path, node_port: int, port: int, metrics_port: int) -> str:
+def render(directory: Path, node_port: int, port: int, metrics_port: int,
+           backends: list[dict[str, Any]] | None = None,
+           extra: dict[str, Any] | None = None) -> str:
+    """The role's haproxy.cfg (and maps) for the test gateway; ``backends`` replace the one
+    stand-in node, ``extra`` variables go over the test's."""
     play = directory / "play.yml"
     play.write_text(PLAYBOOK)
     variables = {
@@ -257,8 +271,10 @@ def render(directory: Path, node_port: int, port: int, metrics_port: int) -> str
         "gateway_node_api_key": NODE_KEY,
         "gateway_health_interval": "500ms",
         "gateway_auth_fail_limit": AUTH_FAIL_LIMIT,
-        "_gateway_backends": [{"name": "node1", "address": "127.0.0.1", "port": node_port}],
+        "_gateway_backends": backends or [{"name": "node1", "address": "127.0.0.1",
+                                           "port": node_port}],
         "ansible_python_interpreter": sys.executable,
+        **(extra or {}),
     }
     run = run_local_playbook(play, variables)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
@@ -270,13 +286,15 @@ def render(directory: Path, node_port: int, port: int, metrics_port: int) -> str
     return "\n".join(x for x in lines if x.strip() not in ROOT_ONLY) + "\n"
 
 
-@pytest.fixture(scope="session")
-def gateway(gateway_node: Node,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+@contextlib.contextmanager
+def running_gateway(directory: Path, node_port: int,
+                    backends: list[dict[str, Any]] | None = None,
+                    extra: dict[str, Any] | None = None) -> Iterator[Gateway]:
+    """The role's configuration rendered into ``directory``, checked with ``haproxy -c`` and
+    run by the real HAProxy until the block ends (not yet waited for: see ``gateway``)."""
     assert HAPROXY is not None
-    directory = tmp_path_factory.mktemp("gateway-limits")
     port, metrics_port = free_port(), free_port()
-    cfg = render(directory, gateway_node.port, port, metrics_port)
+    cfg = render(directory, node_port, port, metrics_port, backends, extra)
     (directory / "haproxy.cfg").write_text(cfg)
     context = self_signed(directory)
     check = subprocess.run([HAPROXY, "-c", "-q", "-f", str(directory / "haproxy.cfg")],
@@ -286,15 +304,8 @@ def gateway(gateway_node: Node,
     with log.open("wb") as out:
         proc = subprocess.Popen([HAPROXY, "-db", "-f", str(directory / "haproxy.cfg")],
                                 stdout=out, stderr=subprocess.STDOUT)
-    gw = Gateway(port, metrics_port, cfg, directory, context, log)
+    gw = Gateway(port, metrics_port, cfg, directory, context, log, proc)
     try:
-        def ready() -> bool:
-            assert proc.poll() is None, "haproxy exited:\n" + log.read_text()[-3000:]
-            with contextlib.suppress(OSError):
-                return request(gw, "GET", "/v1/models", "other")[0] == 200
-            return False
-
-        wait_for(ready, "the gateway to answer through node1")
         yield gw
     finally:
         proc.terminate()
@@ -303,6 +314,21 @@ def gateway(gateway_node: Node,
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(TIMEOUT)
+
+
+@pytest.fixture(scope="session")
+def gateway(gateway_node: Node,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    directory = tmp_path_factory.mktemp("gateway-limits")
+    with running_gateway(directory, gateway_node.port) as gw:
+        def ready() -> bool:
+            gw.alive()
+            with contextlib.suppress(OSError):
+                return request(gw, "GET", "/v1/models", "other")[0] == 200
+            return False
+
+        wait_for(ready, "the gateway to answer through node1")
+        yield gw
 
 
 # --- clients -------------------------------------------------------------------------------------

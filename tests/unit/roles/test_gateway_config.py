@@ -24,8 +24,9 @@ PLAYBOOK = role_play("""\
       loop: [haproxy.cfg, haproxy.service.conf]
 """)
 BACKENDS = [
-    {"name": "node1", "address": "10.88.0.5", "port": 8000},
-    {"name": "node2", "address": "10.88.0.6", "port": 8000},
+    {"name": "node1", "address": "10.88.0.5", "port": 8000, "agent_port": 8001},
+    {"name": "node2", "address": "10.88.0.6", "port": 8000, "agent_port": 0},  # no status port
+    {"name": "node3", "address": "10.88.0.7", "port": 8000},  # given by hand without one
 ]
 
 
@@ -78,7 +79,9 @@ def test_addresses_come_from_the_configuration_not_the_saved_states(rendered):
     backend = section(rendered["haproxy.cfg"], "backend vllm")
     default_server = next(line for line in backend if line.startswith("default-server"))
     assert default_server.split()[-2:] == ["init-addr", "libc"]
-    assert "server node1 10.88.0.5:8000" in backend and "server node2 10.88.0.6:8000" in backend
+    servers = [line.split()[:3] for line in backend if line.startswith("server ")]
+    assert ["server", "node1", "10.88.0.5:8000"] in servers
+    assert ["server", "node2", "10.88.0.6:8000"] in servers
 
 
 def test_the_unit_saves_the_states_between_the_check_and_the_reload_signal(rendered):
@@ -105,3 +108,23 @@ def test_the_socket_and_file_variables_reach_both_templates(tmp_path):
     assert "stats socket /run/gw.sock mode 600 level admin" in section(out["haproxy.cfg"], "global")
     for line in directives(out["haproxy.service.conf"], "ExecStop"):
         assert line.endswith("save-state /run/gw.sock /srv/gw/state /etc/haproxy/haproxy.cfg")
+
+
+def test_each_node_with_a_status_port_has_the_agent_check(rendered):
+    """The node's watchdog verdict (docs/gateway.md, "Hung nodes"); without a status port the
+    node keeps the GET /health check alone."""
+    backend = section(rendered["haproxy.cfg"], "backend vllm")
+    assert [line for line in backend if line.startswith("server ")] == [
+        "server node1 10.88.0.5:8000 agent-check agent-port 8001",
+        "server node2 10.88.0.6:8000",
+        "server node3 10.88.0.7:8000",
+    ]
+    default_server = next(line for line in backend if line.startswith("default-server"))
+    assert "agent-inter 1s" in default_server
+    assert default_server.split()[:3] == ["default-server", "check", "inter"]
+
+
+def test_requests_without_a_response_byte_are_retried_on_another_node(rendered):
+    backend = section(rendered["haproxy.cfg"], "backend vllm")
+    assert "retry-on conn-failure empty-response" in backend
+    assert "option redispatch 1" in backend and "retries 2" in backend

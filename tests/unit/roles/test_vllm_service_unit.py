@@ -96,6 +96,9 @@ BAD_INPUT = [
      "vllm_service_flags: flag --api-key is not allowed"),
     ({"vllm_service_flags_extra": "--max-model-len=1 --max_model_len 2"},
      "vllm_service_flags_extra gives the flag --max-model-len twice"),
+    ({"vllm_service_status_port": 8100, "vllm_service_flags_extra": {"port": 8100}},
+     "vllm_service_status_port (8100) is vLLM's port"),
+    ({"vllm_service_status_port": 65536}, "vllm_service_status_port must be 0 (off) or a port"),
 ]
 CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "defaults": {},
@@ -109,6 +112,9 @@ CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "published": {"vllm_service_name": "vllm-b", "vllm_service_host": "::1",
                   "vllm_service_served_model_name": "", "vllm_venv_path": "/opt/other",
                   "vllm_service_environment": {"HF_TOKEN": "hf-secret-0123456789"}},
+    "status": {"vllm_service_status_port": 9101,
+               "vllm_service_status_allow": ["10.0.0.0/8", "fd00::/8"]},
+    "status-off": {"vllm_service_status_port": 0},
     "ck": CK,
     "no-ck": {"instinct_vllm_stack": "rocm-6.2.1"},  # off, the default
     "ck-agrees": {**CK, "vllm_service_environment": {TRITON: False}},
@@ -153,7 +159,7 @@ def test_exec_start_is_wrapper_then_vllm_serve(rendered) -> None:
     argv = shlex.split(directive(unit, "ExecStart")[0])
     cut = argv.index("--")
     assert argv[:2] == ["/usr/bin/python3", "/usr/local/libexec/instinct-vllm-watchdog"]
-    assert argv[2:cut] == ["--probe-interval", "30"]
+    assert argv[2:cut] == ["--probe-interval", "30", "--status-port", "8001"]
     assert argv[cut + 1 : cut + 4] == ["/opt/vllm/venv/bin/vllm", "serve", "/srv/models/my model"]
     flags = argv[cut + 4 :]
     for pair in (["--tensor-parallel-size", "8"], ["--kv-cache-dtype", "auto"],
@@ -212,6 +218,38 @@ def test_the_published_facts(rendered) -> None:
     # no secret in a fact (-v prints facts): not the API key, not the environment
     assert "unit-test-key" not in json.dumps(resolved)
     assert "hf-secret" not in json.dumps(resolved) and "HF_TOKEN" not in json.dumps(resolved)
+
+
+# --- the gateway's agent check: the wrapper's status port ---------------------------------------
+
+
+def wrapper_options(unit: str) -> list[str]:
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    return argv[2 : argv.index("--")]
+
+
+def test_the_status_port_and_its_allowed_sources_reach_the_wrapper(rendered) -> None:
+    unit, out = ok(rendered, "status")
+    assert wrapper_options(unit) == ["--probe-interval", "30", "--status-allow",
+                                     "10.0.0.0/8,fd00::/8", "--status-port", "9101"]
+    assert json.loads((out / "resolved.json").read_text())["status_port"] == 9101
+    unit, out = ok(rendered, "status-off")
+    assert wrapper_options(unit) == ["--probe-interval", "30", "--status-port", "0"]
+    assert json.loads((out / "resolved.json").read_text())["status_port"] == 0
+    _unit, out = ok(rendered, "defaults")
+    assert json.loads((out / "resolved.json").read_text())["status_port"] == 8001
+
+
+def test_the_sandbox_lets_the_wrapper_listen(rendered) -> None:
+    """The status port is a TCP listener of the wrapper (user vllm, a port above 1023): the
+    unit must keep IPv4/IPv6 sockets and must not deny addresses, binds or the network."""
+    unit, _out = ok(rendered, "defaults")
+    families = directive(unit, "RestrictAddressFamilies")[0].split()
+    assert {"AF_INET", "AF_INET6"} <= set(families) and not families[0].startswith("~")
+    for key in ("IPAddressDeny", "IPAddressAllow", "SocketBindDeny", "SocketBindAllow",
+                "PrivateNetwork"):
+        assert directive(unit, key) == [], key
+    assert directive(unit, "User") == ["vllm"]  # no capability needed above port 1023
 
 
 # --- secrets in vllm_service_environment: the 0600 environment file, never the 0644 unit ------

@@ -184,11 +184,37 @@ def test_parse_cli_env_argv_and_derived() -> None:
         (["--", "v", "--model", "m"], {"INSTINCT_WATCHDOG_POLL_INTERVAL": "fast"}, "POLL_INTERVAL"),
         (["--stall-timeout", "0", "--", "v", "--model", "m"], {}, "stall-timeout"),
         (["--probe-interval", "-1", "--", "v", "--model", "m"], {}, "probe-interval"),
+        (["--proc-interval", "0", "--", "v", "--model", "m"], {}, "proc-interval"),
+        (["--status-port", "70000", "--", "v", "--model", "m"], {}, "status-port"),
+        (["--status-allow", "10.0.0.0/8,gateway", "--", "v", "--model", "m"], {},
+         "--status-allow: 'gateway' is not an address or network"),
     ],
 )
 def test_parse_cli_errors(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         wd.parse_cli(argv, env)
+
+
+def test_parse_cli_status_options() -> None:
+    cfg, _child = wd.parse_cli(["--", "vllm", "serve", "m", "--host", "10.0.0.5"], {})
+    assert (cfg.status_port, cfg.status_host, cfg.status_allow) == (0, "10.0.0.5", "")
+    assert cfg.proc_interval == 0.5
+    env = {"INSTINCT_WATCHDOG_STATUS_PORT": "8001",
+           "INSTINCT_WATCHDOG_STATUS_ALLOW": "10.1.0.0/16, 192.0.2.7"}
+    cfg, _child = wd.parse_cli(["--status-host", "::", "--", "vllm", "serve", "m"], env)
+    assert (cfg.status_port, cfg.status_host) == (8001, "::")
+    assert wd.parse_cli(["--", "vllm", "serve", "m"], {})[0].status_host == ""  # every address
+
+
+def test_peer_allowed() -> None:
+    nets = wd.allow_networks("10.1.0.0/16, 192.0.2.7, fd00::/8")
+    assert wd.peer_allowed("10.1.2.3", nets) and wd.peer_allowed("192.0.2.7", nets)
+    assert wd.peer_allowed("::ffff:10.1.2.3", nets)  # IPv4 through a dual-stack listener
+    assert wd.peer_allowed("fd00::5", nets)
+    assert not wd.peer_allowed("10.2.0.1", nets) and not wd.peer_allowed("192.0.2.8", nets)
+    assert not wd.peer_allowed("not-an-address", nets)
+    assert wd.peer_allowed("203.0.113.9", wd.allow_networks(""))  # no list: anyone
+    assert wd.allow_networks(" , ") == ()
 
 
 # ------------------------------------------------------------------------------------------
@@ -254,12 +280,19 @@ def test_ready_is_latched() -> None:
 
 
 def test_health_must_be_recent() -> None:
-    m = ready_monitor(poll_interval=1.0, health_timeout=2.0)  # max age 4 s
-    assert m.verdict(4.0).alive
-    v = m.verdict(4.5)
-    assert not v.alive and v.reasons == ("/health: no answer for 4s",)
-    m.observe_health(5.0, True, "HTTP 200")
-    assert m.verdict(5.0).alive
+    # max age 2 x (poll + timeout) = 6 s: a poll cycle may wait for /health, then /metrics
+    m = ready_monitor(poll_interval=1.0, health_timeout=2.0)
+    assert m.verdict(6.0).alive
+    v = m.verdict(6.5)
+    assert not v.alive and v.reasons == ("/health: no answer for 6s",)
+    m.observe_health(7.0, True, "HTTP 200")
+    assert m.verdict(7.0).alive
+    # a stuck poller is no saturation: not excused even while tokens flow
+    busy = ready_monitor(poll_interval=1.0, health_timeout=2.0)
+    tick(busy, 0.0, sample(0, 8, waiting=4))
+    tick(busy, 1.0, sample(50, 8, waiting=4))
+    assert busy.timeout_excused(7.5)
+    assert busy.verdict(7.5).reasons == ("/health: no answer for 6s",)
 
 
 def test_frozen_counters_with_running_requests_is_a_stall() -> None:
@@ -297,6 +330,19 @@ def test_stall_verdict_grows_between_samples() -> None:
     tick(m, 1.0, sample(5, 1))
     assert m.verdict(9.0).alive
     assert not m.verdict(11.0).alive  # no new sample (poller slow): still judged from t=0
+
+
+def test_a_missed_metrics_read_neither_hides_a_stall_nor_progress() -> None:
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 2))
+    tick(m, 1.0, sample(100, 2))  # frozen from t=1
+    for t in (3.0, 7.0):
+        m.observe_metrics(t, None)  # /metrics timed out
+        tick(m, t + 2, sample(100, 2))
+    assert m.stalled_for(11.5) > 10.0 and m.verdict(11.5).state == "stalled"
+    m.observe_metrics(12.0, None)
+    tick(m, 14.0, sample(150, 2))  # moved while unseen: progress
+    assert m.last_progress == 14.0 and m.verdict(14.0).alive
 
 
 def test_counter_reset_counts_as_change() -> None:
@@ -549,6 +595,149 @@ def test_busy_cpu_option() -> None:
         wd.parse_cli(["--busy-cpu", "0", "--", "vllm", "serve", "m"], {})
 
 
+# The gateway's agent check: one verdict for the pings and for the agent's answer --------------
+
+PING_EVERY = 1.0
+
+
+def scenario_loading() -> tuple[object, float]:
+    m = wd.Monitor(cfg(), 0.0)
+    m.observe_health(1.0, False, "connection refused")
+    return m, 1.0
+
+
+def scenario_serving() -> tuple[object, float]:
+    m = ready_monitor()
+    tick(m, 1.0, sample(10, 1))
+    return m, 1.0
+
+
+def scenario_stopped() -> tuple[object, float]:
+    m = ready_monitor()
+    tick(m, 1.0, sample(10, 1))
+    m.observe_tree(1.0, tree_at(0.5, stopped=True))
+    m.observe_tree(1.5, tree_at(0.5, stopped=True))  # two listings in a row
+    return m, 1.5
+
+
+def scenario_stalled() -> tuple[object, float]:
+    m = ready_monitor(stall_timeout=10.0)
+    for t in (0.0, 5.0, 10.5):
+        tick(m, t, sample(100, 2))  # frozen with 2 running
+    return m, 10.5
+
+
+def scenario_probe_failing() -> tuple[object, float]:
+    m = ready_monitor(probe_interval=30.0, probe_timeout=5.0)
+    tick(m, 1.0, sample(10, 1))
+    m.probe_started(1.0)
+    m.observe_probe(1.2, False, "HTTP 500")
+    return m, 1.2
+
+
+def saturated(health: str, frozen: bool = False, probe: str = "timed out",
+              stats: bool = True) -> tuple[object, float]:
+    """256 running and 40 waiting; the last /health and probe ended with ``health`` and
+    ``probe``; tokens moving unless ``frozen`` (stats off: no counters, the engine busy on
+    the CPU)."""
+    m = ready_monitor(probe_interval=30.0, probe_timeout=5.0, stall_timeout=10.0)
+    for t in (0.0, 1.0, 2.0, 3.0):
+        m.observe_tree(t, tree_at(0.9 * t))
+        ok = health == "HTTP 200" or t < 3.0
+        m.observe_health(t, ok, "HTTP 200" if ok else health)
+        tokens = 1000.0 if frozen else 1000.0 * (t + 1)
+        m.observe_metrics(t, sample(tokens, 256, waiting=40) if stats else wd.MetricsSample())
+    m.probe_started(0.5)
+    m.observe_probe(3.0, probe == "HTTP 200", probe)
+    return m, 3.0
+
+
+SCENARIOS = {  # name -> (the monitor at that moment, the agent's answer)
+    "loading": (scenario_loading, "down #loading\n"),
+    "serving": (scenario_serving, "up\n"),
+    "stopped (SIGSTOP)": (scenario_stopped, "down #stopped\n"),
+    "stalled": (scenario_stalled, "down #stalled\n"),
+    "probe failing": (scenario_probe_failing, "down #unhealthy\n"),
+    "saturated, progressing: /health and probe timed out": (
+        lambda: saturated("timed out"), "up\n"),
+    "saturated, stats off, engine busy on the CPU": (
+        lambda: saturated("timed out", stats=False), "up\n"),
+    "saturated, /health HTTP 500": (lambda: saturated("HTTP 500"), "down #unhealthy\n"),
+    "saturated, counters frozen: /health timeout counts": (
+        lambda: saturated("timed out", frozen=True), "down #unhealthy\n"),
+}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_the_agent_answers_what_the_pings_decide(name: str) -> None:
+    build, answer = SCENARIOS[name]
+    m, now = build()
+    verdict = m.verdict(now)
+    assert wd.agent_answer(verdict) == answer, verdict
+    # the same verdict decides the systemd watchdog: a ping exactly when the agent says up
+    pinged = ("WATCHDOG=1",) in notified(m.tick(now, ping_every=PING_EVERY))
+    assert pinged == (answer == "up\n")
+
+
+def test_the_agent_says_stopping_once_a_stop_is_requested() -> None:
+    m, now = scenario_serving()
+    assert wd.agent_answer(m.verdict(now), stopping=True) == "down #stopping\n"
+    m, now = scenario_stopped()
+    assert wd.agent_answer(m.verdict(now), stopping=True) == "down #stopping\n"
+
+
+def test_the_agent_never_touches_the_administrative_state() -> None:
+    """A rollout drains or holds a node out through the gateway's runtime API; an agent that
+    said ready, drain or maint would undo or fake that (HAProxy 2.6 manual, agent-check)."""
+    answers = {wd.agent_answer(build()[0].verdict(build()[1]), stop)
+               for build, _answer in SCENARIOS.values() for stop in (False, True)}
+    for line in answers:
+        words = line.replace(",", " ").split("#", 1)[0].split()
+        assert line.endswith("\n") and words in (["up"], ["down"]), line
+        assert " #" in line or line == "up\n"  # "down#x" is one unknown word to HAProxy 2.6
+
+
+def test_a_stopped_process_outranks_other_reasons() -> None:
+    m, now = scenario_stalled()
+    m.observe_tree(now, tree_at(0.0, stopped=True))
+    m.observe_tree(now, tree_at(0.0, stopped=True))
+    verdict = m.verdict(now)
+    assert verdict.state == "stopped" and len(verdict.reasons) == 2
+    assert m.status(now).startswith("stopped: no token progress")
+
+
+def test_a_health_timeout_while_idle_is_not_excused() -> None:
+    m = ready_monitor()
+    tick(m, 0.0, sample(10, 0))
+    m.observe_health(1.0, False, "timed out")
+    assert m.verdict(1.0).reasons == ("/health: timed out",)
+
+
+def test_a_poll_records_a_slow_health_with_the_metrics_of_the_same_poll(monkeypatch) -> None:
+    """Load arrives between two polls: /health times out, /metrics then shows the engine busy
+    and progressing. The timeout is recorded with that sample, never judged alone against the
+    older, idle one (the gateway's agent would eject the node meanwhile)."""
+    import threading
+
+    m = ready_monitor(stall_timeout=10.0)
+    tick(m, 0.0, sample(100, 0))  # idle at the previous poll
+    clock = iter([1.0, 1.0, 5.0, 5.0, 5.0, 5.0])
+    verdicts_during_metrics = []
+
+    def call(url: str, timeout: float, token: object = None, payload: object = None) -> tuple:
+        if url.endswith("/health"):
+            return None, b"", "timed out"
+        verdicts_during_metrics.append(m.verdict(5.0).alive)  # what the agent answers now
+        return 200, METRICS_V0.replace("3400.0", "3999.0").encode(), "HTTP 200"
+
+    monkeypatch.setattr(wd, "http_call", call)
+    poller = wd.Poller(m, threading.Lock(), None, lambda *a: None, clock=lambda: next(clock))
+    poller._poll_once()
+    assert verdicts_during_metrics == [True]
+    assert m.health_detail == "timed out" and m.sample is not None and m.sample.running == 3.0
+    assert m.verdict(5.0).alive  # busy and progressing: the slow /health is excused
+
+
 # Over time: the Monitor driven like the poller and main loop drive it, with the role's
 # settings (poll 5 s, /health timeout 10 s, stall 30 s, probe every 30 s with a 30 s timeout)
 # and WatchdogSec=30 (pings every 15 s). systemd restarts when no ping came for WatchdogSec.
@@ -568,10 +757,13 @@ class Node:
     tree: Tree
     probe_latency: Callable[[float], float]  # seconds a probe started at t takes (inf: never)
     health: Callable[[float], bool] = lambda t: True  # False: /health does not answer
+    health_slow: Callable[[float], bool] = lambda t: False  # True: /health times out
 
 
-def drive(m: object, node: Node, until: float, start: float = 0.0) -> list[float]:
-    """Advance the Monitor from start to until (0.5 s steps); the times of WATCHDOG=1."""
+def drive(m: object, node: Node, until: float, start: float = 0.0,
+          downs: list[float] | None = None) -> list[float]:
+    """Advance the Monitor from start to until (0.5 s steps); the times of WATCHDOG=1.
+    ``downs`` collects the times the gateway's agent would hear "down" after READY."""
     pings: list[float] = []
     probe_end: tuple[float, bool] | None = None
     timeout = m.config.probe_timeout
@@ -580,7 +772,8 @@ def drive(m: object, node: Node, until: float, start: float = 0.0) -> list[float
         if (t - start) % m.config.poll_interval == 0:
             m.observe_tree(t, node.tree(t))
             if node.health(t):
-                m.observe_health(t, True, "HTTP 200")
+                slow = node.health_slow(t)
+                m.observe_health(t, not slow, "timed out" if slow else "HTTP 200")
                 m.observe_models(t, ["m"], "listed: m")
                 if m.ready:
                     m.observe_metrics(t, node.metrics(t))
@@ -593,6 +786,8 @@ def drive(m: object, node: Node, until: float, start: float = 0.0) -> list[float
             probe_end = None
         actions = m.tick(t, ping_every=WATCHDOG_SEC / 2)
         pings += [t for a in actions if isinstance(a, wd.Notify) and a.fields == ("WATCHDOG=1",)]
+        if downs is not None and m.ready_sent and wd.agent_answer(m.verdict(t)) != "up\n":
+            downs.append(t)
         t += 0.5
     return pings
 
@@ -637,6 +832,36 @@ def test_saturated_and_progressing_with_stats_on_is_never_restarted() -> None:
     pings = drive(m, node, 600.0)
     assert pings and restart_time(pings, 600.0) is None
     assert m.probe_ok is False and m.probe_detail == "timed out"  # the probes did time out
+
+
+def saturated_metrics_every_other_poll(t: float) -> object:
+    """Saturated, and /metrics itself times out on every other poll (the poller gets None)."""
+    return saturated_metrics(t) if t % 10 == 0 else None
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [saturated_metrics, no_stats, saturated_metrics_every_other_poll],
+    ids=["stats-on", "stats-off", "stats-on-metrics-timing-out"],
+)
+def test_saturated_with_slow_health_is_never_restarted_nor_ejected(metrics: Metrics) -> None:
+    """/health times out on every other poll and every probe times out, while the engine
+    progresses: the watchdog keeps pinging and the gateway's agent never hears "down"."""
+    node = Node(metrics, busy_tree, queued_probe, health_slow=lambda t: t % 10 == 5)
+    m, downs = serving_monitor(), []
+    pings = drive(m, node, 600.0, downs=downs)
+    assert pings and restart_time(pings, 600.0) is None
+    assert downs == []
+    assert m.health_detail == "timed out" or m.health_ok
+
+
+def test_slow_health_of_an_idle_engine_ejects_at_the_first_timeout() -> None:
+    """Nothing running, nothing queued: a /health timeout is no saturation."""
+    node = Node(lambda t: sample(100, 0), idle_tree, lambda t: 0.1,
+                health_slow=lambda t: t >= 100)
+    downs: list[float] = []
+    drive(serving_monitor(), node, 130.0, downs=downs)
+    assert downs and downs[0] == 100.0
 
 
 def test_saturated_with_stats_off_is_never_restarted() -> None:

@@ -510,6 +510,71 @@ def test_stopped_child_stops_the_pings_while_health_stays_200(
     assert w.finish() == 0
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def agent(port: int, source: str = "127.0.0.1") -> str:
+    """What HAProxy's agent check reads: connect, read to the end (the wrapper closes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2,
+                                  source_address=(source, 0)) as sock:
+        data = b""
+        while chunk := sock.recv(100):
+            data += chunk
+    return data.decode()
+
+
+def wait_agent(port: int, answer: str, timeout: float = 5.0) -> float:
+    """Seconds until the status port answers ``answer``."""
+    start = time.monotonic()
+    seen = ""
+    while time.monotonic() - start < timeout:
+        with contextlib.suppress(OSError):
+            seen = agent(port)
+        if seen == answer:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"the status port never answered {answer!r} (last {seen!r})")
+
+
+def test_status_port_answers_the_agent_check(
+    fake: tuple[FakeVllm, str],
+    notify: tuple[Notifications, str],
+    tmp_path: Path,
+    started: list[Wrapper],
+) -> None:
+    """loading -> up -> stopped (SIGSTOP of vLLM, seen in /proc) -> up (SIGCONT) -> unhealthy
+    (/health 500); a source outside --status-allow gets nothing."""
+    state, url = fake
+    notes, address = notify
+    port = free_port()
+    w = Wrapper(tmp_path, url, address, ["--status-port", str(port), "--status-host",
+                                         "127.0.0.1", "--status-allow", "127.0.0.1/32"])
+    started.append(w)
+    wait_agent(port, "down #loading\n")
+    state.set(health=200, models=[MODEL])
+    notes.wait_for(lambda f: f == "READY=1", 3)
+    wait_agent(port, "up\n")
+    assert agent(port, source="127.0.0.2") == ""  # not allowed: closed without an answer
+    assert "127.0.0.2 is not in --status-allow" in w.log()
+    w.wait_child("started")
+    child = _children(w.proc.pid)[0]
+    os.kill(child, signal.SIGSTOP)
+    try:
+        stopped_after = wait_agent(port, "down #stopped\n", 3)
+    finally:
+        os.kill(child, signal.SIGCONT)
+    assert stopped_after < 1.5  # two /proc listings 0.5 s apart
+    wait_agent(port, "up\n", 3)
+    state.set(health=500)
+    wait_agent(port, "down #unhealthy\n", 3)
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.finish() == 0
+    assert f"agent status on 127.0.0.1:{port} (127.0.0.1/32)" in w.log()
+
+
 @pytest.mark.parametrize("notify", ["path"], indirect=True)
 def test_old_metric_names(
     fake: tuple[FakeVllm, str],

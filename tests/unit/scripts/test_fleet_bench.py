@@ -37,6 +37,10 @@ FIGURES = {
                             "ttft_p90_ms": 500.0},
                  "overhead_p50_ms": 100.5, "concurrency": 16, "max_tokens": 16,
                  "seconds_per_round": 15.0, "rounds": 2, "node": "n2"},
+    "ejection": {"node": "n2", "stopped": "VLLM::EngineCore", "down_after_s": 1.84,
+                 "status": "DOWN (agent)", "streams_on_node_at_down": 2,
+                 "health_while_stopped": 200, "requests": 120, "failed": 1,
+                 "failed_after_down": 0, "up_after_sigcont_s": 2.1},
     "finished_utc": "2026-12-01 12:50",
     "loadavg_at_end": [3.0, 2.5, 2.0],
     "pytest_exit_status": 0,
@@ -52,6 +56,9 @@ def test_the_section_carries_the_measured_figures():
     assert "TTFT p50 at concurrency 16: 100.5 ms** (390.5 ms through the gateway, 290.0 ms" in text
     assert "2026-12-01 12:00 - 2026-12-01 12:50 UTC on vm: 2 CPUs (AMD EPYC)" in text
     assert "after a configuration reload: DRAIN" in text
+    assert ("SIGSTOP of n2's VLLM::EngineCore under 4 streams -> DOWN (agent) at the gateway in "
+            "1.84 s (its /health: 200); 2 stream(s) on it then; 1 failed of 120 client "
+            "requests, 0 after DOWN; SIGCONT -> UP in 2.1 s.") in text
 
 
 def test_a_second_report_replaces_the_section_and_keeps_the_rest():

@@ -20,10 +20,25 @@ def test_nodes_use_address_then_ansible_host_then_name() -> None:
         "n3": {},
     }
     assert gateway_nodes(["n1", "n2", "n3"], hv) == [
-        {"name": "n1", "address": "10.0.0.1", "port": 8001},
-        {"name": "n2", "address": "n2.example", "port": 8000},
-        {"name": "n3", "address": "n3", "port": 8000},
+        {"name": "n1", "address": "10.0.0.1", "port": 8001, "agent_port": 8001},
+        {"name": "n2", "address": "n2.example", "port": 8000, "agent_port": 8001},
+        {"name": "n3", "address": "n3", "port": 8000, "agent_port": 8001},
     ]
+
+
+def test_nodes_agent_port_from_the_published_fact_then_the_variable() -> None:
+    hv = {
+        "n1": {"vllm_service_resolved": {"status_port": 9001}, "vllm_service_status_port": 9002},
+        "n2": {"vllm_service_status_port": "9002"},
+        "n3": {"vllm_service_status_port": 0},  # no status port: no agent check
+    }
+    assert [n["agent_port"] for n in gateway_nodes(["n1", "n2", "n3"], hv)] == [9001, 9002, 0]
+
+
+@pytest.mark.parametrize("bad", [-1, 70000, "http", True])
+def test_nodes_refuse_a_bad_status_port(bad: object) -> None:
+    with pytest.raises(AnsibleFilterError, match="host 'n1': vllm_service_status_port must be"):
+        gateway_nodes(["n1"], {"n1": {"vllm_service_status_port": bad}})
 
 
 @pytest.mark.parametrize("bad", ["node 1", "n/1", "n#1"])
