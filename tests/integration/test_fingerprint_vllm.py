@@ -11,13 +11,12 @@ Slow (three vLLM starts, 1-4 min each on 2 cores), so not in `make test`:
 
 from __future__ import annotations
 
-import array
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +26,9 @@ from unittest import mock
 
 import pytest
 from local_play import ROOT, run_local_playbook  # tests/unit, put on sys.path by conftest
+
+sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+from scale_layer import scale_layer  # shared with the serving scenario
 
 VENV = Path(os.environ.get("INSTINCT_FUZZ_VENV", "/opt/fuzz032"))
 DEMO = Path(os.environ.get("INSTINCT_FINGERPRINT_MODEL", "/tmp/fuzzmodel/demo"))
@@ -58,27 +60,6 @@ def _build_demo(dest: Path) -> Path:
     subprocess.run([str(VENV / "bin" / "python"), "-c", code, str(dest / "src"), str(dest / "demo"),
                     str(ROOT / ".collections")], check=True, env=_env(), timeout=600)
     return dest / "demo"
-
-
-def scale_layer(src: Path, dest: Path, prefix: str, factor: float) -> int:
-    """Copy a float32 safetensors checkpoint, multiplying every tensor under `prefix` by
-    `factor` (standard library only); the number of tensors scaled."""
-    shutil.copytree(src, dest)
-    scaled = 0
-    for shard in dest.glob("*.safetensors"):
-        raw = bytearray(shard.read_bytes())
-        size = struct.unpack("<Q", raw[:8])[0]
-        header = json.loads(raw[8:8 + size])
-        for name, t in header.items():
-            if not name.startswith(prefix):
-                continue
-            assert t["dtype"] == "F32", name
-            lo, hi = (8 + size + o for o in t["data_offsets"])
-            values = array.array("f", bytes(raw[lo:hi]))
-            raw[lo:hi] = array.array("f", (v * factor for v in values)).tobytes()
-            scaled += 1
-        shard.write_bytes(bytes(raw))
-    return scaled
 
 
 def _wait_health(proc: subprocess.Popen[bytes], log: Path, timeout: float = 900) -> None:
