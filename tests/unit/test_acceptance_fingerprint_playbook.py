@@ -29,7 +29,7 @@ PROMPTS = yaml.safe_load((ROOT / "files" / "fingerprint" / "prompts.yml").read_t
 @pytest.fixture(scope="module")
 def endpoints() -> Iterator[dict[str, str]]:
     """A stand-in endpoint and one whose log-probabilities are all 0.01 higher."""
-    with stand_in() as (good, _), stand_in(shift=0.01) as (moved, _):
+    with stand_in() as (good, _good_handler), stand_in(shift=0.01) as (moved, _moved_handler):
         yield {"good": good, "moved": moved}
 
 

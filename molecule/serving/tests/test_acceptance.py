@@ -150,8 +150,8 @@ def _restore(host) -> None:
     """The unit as role vllm_service made it, serving the checkpoint. Then its start counter
     is reset (systemctl reset-failed: the rate limit and NRestarts): these two starts must not
     use up the unit's StartLimitBurst (5 in 30 min), which test_serving.py's restarts need."""
-    host.run("rm -f %s && systemctl daemon-reload && systemctl restart vllm", DROP_IN)
-    host.run("systemctl reset-failed vllm")
+    host.run("rm -f %s && rmdir --ignore-fail-on-non-empty %s", DROP_IN, str(Path(DROP_IN).parent))
+    host.run("systemctl daemon-reload && systemctl restart vllm && systemctl reset-failed vllm")
     host.run("rm -rf %s", SCALED_DIR)
 
 
@@ -186,6 +186,7 @@ def test_a_scaled_layer_served_fails_acceptance_naming_fingerprint(
 
 def test_the_node_is_restored_after_the_scaled_weights(host):
     assert not host.file(DROP_IN).exists and not host.file(SCALED_DIR).exists
+    assert not host.file(str(Path(DROP_IN).parent)).exists  # role vllm_service makes none
     assert host.check_output("systemctl is-active vllm") == "active"
     mounts = host.check_output("systemctl show -P BindReadOnlyPaths vllm")
     assert SCALED_DIR not in mounts
