@@ -166,11 +166,14 @@ def acceptance(work: Path, reference: Path, revision: str) -> tuple[Any, dict[st
     """playbooks/acceptance.yml --tags fingerprint on localhost, with the same variables: the
     same fingerprint through role acceptance's check; the run and the node's report."""
     variables = {**_variables(work, reference, revision),
+                 "ansible_python_interpreter": sys.executable,  # its other tasks' modules
                  "vllm_service_user": getpass.getuser(), "vllm_service_supplementary_groups": [],
                  "acceptance_report_dir": str(work / "reports")}
     run = run_local_playbook(ROOT / "playbooks" / "acceptance.yml", variables,
                              flags=["--tags", "fingerprint"], timeout=900)
-    return run, json.loads((work / "reports" / "localhost.json").read_text())
+    report = work / "reports" / "localhost.json"
+    assert report.exists(), f"no report:\n{run.stdout[-4000:]}{run.stderr[-2000:]}"
+    return run, json.loads(report.read_text())
 
 
 def _module_result(stdout: str) -> dict[str, Any]:
@@ -207,7 +210,9 @@ def test_served_demo_agrees_with_transformers(work: Path, models: dict[str, Path
                      "reference_seconds": _module_result(first.stdout)["reference_seconds"]})
     assert result["verdicts"]["transformers"]["agreement"] == 1.0
     assert list((work / "baselines").glob("*.json")), "the first pass records the baseline"
+    started = time.monotonic()
     accepted, report = acceptance(work, models["demo"], "demo-r1")
+    _record("acceptance", {"playbook_seconds": round(time.monotonic() - started, 1)})
     assert accepted.returncode == 0, accepted.stdout[-4000:]
     check = report["checks"]["fingerprint"]
     assert check["status"] == "ok", check["reason"]
