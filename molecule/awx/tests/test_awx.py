@@ -168,6 +168,7 @@ def test_acceptance_report_and_artifacts() -> None:
     checks = report["checks"]
     assert checks["serve"]["status"] == "ok" and checks["vllm_platform"]["status"] == "ok"
     assert checks["gpu_matmul"]["status"] == "skipped"  # no GPU on a cpu stack
+    assert "fingerprint" not in checks  # the job's skip tags (the serving scenario runs it)
     # What AWX keeps of the job (set_stats): the node's verdict.
     assert summary("awx-acceptance")["artifacts"] == {
         "instinct_vllm_acceptance": {"awx-node": {"status": "ok", "summary": report["summary"]}}

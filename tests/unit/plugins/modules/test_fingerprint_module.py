@@ -6,9 +6,8 @@ in tests/unit/test_fingerprint_vllm.py."""
 from __future__ import annotations
 
 import json
-import threading
+import struct
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -16,65 +15,22 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.instinct.vllm.plugins.modules import fingerprint
+from fingerprint_endpoint import KEY, Handler, stand_in
 
 ROOT = Path(__file__).resolve().parents[4]
 PROMPTS = yaml.safe_load((ROOT / "files" / "fingerprint" / "prompts.yml").read_text())["prompts"]
-KEY = "fp-test-key"
-
-
-def _entry(token: int, shift: float) -> dict[str, Any]:
-    """Top token 3 (-0.5), then 4 (-0.9); any other token -2.0 at rank 5."""
-    out = {"3": {"logprob": -0.5 + shift, "rank": 1}, "4": {"logprob": -0.9, "rank": 2}}
-    if str(token) not in out:
-        out[str(token)] = {"logprob": -2.0 + shift, "rank": 5}
-    return out
-
-
-class _Handler(BaseHTTPRequestHandler):
-    shift = 0.0
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        assert self.headers["Authorization"] == f"Bearer {KEY}"
-        self.seen.append((self.path, body))
-        self._reply(self._answer(self.path, body))
-
-    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if path == "/tokenize":
-            text = body.get("prompt") or json.dumps(body["messages"])
-            special = [1] if body.get("add_special_tokens", True) else []
-            return {"tokens": special + [5 + ord(c) % 50 for c in text[:40]]}
-        if path == "/v1/chat/completions":
-            return {"choices": [{"index": 0, "message": {"content": "cc"}, "token_ids": [3, 3]}]}
-        if body["max_tokens"] > 1:  # greedy
-            return {"choices": [{"index": i, "text": "cc", "token_ids": [3, 3]}
-                                for i in range(len(body["prompt"]))]}
-        return {"choices": [
-            {"index": i, "text": "c",
-             "prompt_logprobs": [None] + [_entry(t, self.shift) for t in ids[1:]]}
-            for i, ids in enumerate(body["prompt"])]}
-
-    def _reply(self, data: dict[str, Any]) -> None:
-        raw = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
-def endpoint() -> Iterator[str]:
-    _Handler.seen, _Handler.shift = [], 0.0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+def served() -> Iterator[tuple[str, type[Handler]]]:
+    """The stand-in endpoint's URL and its handler class (`seen`, `shift`)."""
+    with stand_in() as running:
+        yield running
+
+
+@pytest.fixture
+def endpoint(served: tuple[str, type[Handler]]) -> str:
+    return served[0]
 
 
 def run(capsys: pytest.CaptureFixture[str], base_url: str, **args: object) -> dict[str, Any]:
@@ -85,24 +41,26 @@ def run(capsys: pytest.CaptureFixture[str], base_url: str, **args: object) -> di
     return json.loads(capsys.readouterr().out)
 
 
-def test_without_a_reference_it_records_then_a_baseline_passes(endpoint, capsys):
+def test_without_a_reference_it_records_then_a_baseline_passes(served, capsys):
+    endpoint, handler = served
     first = run(capsys, endpoint)
     assert first["ok"] and first["verdicts"] == {} and not first.get("failed")
     fp = first["fingerprint"]
     assert len(fp["scored"]) == len(PROMPTS)
     assert all(s["ref_ids"] == [3, 3] and s["greedy_ids"] == [3, 3] for s in fp["scored"])
-    chats = [b for p, b in _Handler.seen if p == "/v1/chat/completions"]
+    chats = [b for p, b in handler.seen if p == "/v1/chat/completions"]
     assert len(chats) == sum(p["kind"] == "chat" for p in PROMPTS)
     assert all(b["temperature"] == 0.0 and b["return_token_ids"] for b in chats)
-    forced = [b for p, b in _Handler.seen if p == "/v1/completions" and b["max_tokens"] == 1]
+    forced = [b for p, b in handler.seen if p == "/v1/completions" and b["max_tokens"] == 1]
     assert forced and all(b["prompt_logprobs"] == 2 for b in forced)
     again = run(capsys, endpoint, baseline=fp)
     assert again["ok"] and again["verdicts"]["baseline"]["max_abs"] == 0.0
 
 
-def test_a_shifted_endpoint_fails_the_baseline(endpoint, capsys):
+def test_a_shifted_endpoint_fails_the_baseline(served, capsys):
+    endpoint, handler = served
     fp = run(capsys, endpoint)["fingerprint"]
-    _Handler.shift = 0.01
+    handler.shift = 0.01
     result = run(capsys, endpoint, baseline=fp)
     assert result["failed"] and not result["ok"]
     verdict = result["verdicts"]["baseline"]
@@ -118,3 +76,19 @@ def test_refused_reference_and_unknown_dtype_fail_with_the_reason(endpoint, caps
     assert result["failed"] and "no tolerance" in result["msg"]
     result = run(capsys, endpoint, reference_model_path=str(tmp_path))
     assert result["failed"] and "no *.safetensors" in result["msg"]
+
+
+def _too_large(path: Path) -> Path:
+    """A checkpoint whose safetensors header declares 10^13 parameters (no data)."""
+    path.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps({"w": {"dtype": "BF16", "shape": [10**7, 10**6], "data_offsets": [0, 0]}})
+    (path / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw.encode())
+    return path
+
+
+def test_a_refused_reference_says_so_apart_from_other_failures(endpoint, capsys, tmp_path):
+    result = run(capsys, endpoint, reference_model_path=str(_too_large(tmp_path / "big")))
+    assert result["failed"] and result["refused"] is True
+    assert "too large" in result["msg"] and "GiB" in result["msg"]
+    other = run(capsys, endpoint, reference_model_path=str(tmp_path / "empty"))
+    assert other["failed"] and other["refused"] is False

@@ -1,0 +1,78 @@
+"""A stand-in vLLM endpoint for the fingerprint's tests: it answers what the fingerprint asks
+(/tokenize, greedy completions and chats with token ids, teacher-forced prompt_logprobs per
+position) the way vLLM shapes those answers, with every log-probability moved by `shift` (0: the
+same answers every time). Used by the module's tests and acceptance's check fingerprint."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+KEY = "fp-test-key"
+
+
+def _entry(token: int, shift: float) -> dict[str, Any]:
+    """Top token 3 (-0.5), then 4 (-0.9); any other token -2.0 at rank 5."""
+    out = {"3": {"logprob": -0.5 + shift, "rank": 1}, "4": {"logprob": -0.9, "rank": 2}}
+    if str(token) not in out:
+        out[str(token)] = {"logprob": -2.0 + shift, "rank": 5}
+    return out
+
+
+class Handler(BaseHTTPRequestHandler):
+    """The endpoint; `shift` and `seen` (path and body of every request) are per server."""
+
+    shift = 0.0
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            self._reply({"error": "unauthorized"}, 401)
+            return
+        self.seen.append((self.path, body))
+        self._reply(self._answer(self.path, body))
+
+    def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path == "/tokenize":
+            text = body.get("prompt") or json.dumps(body["messages"])
+            special = [1] if body.get("add_special_tokens", True) else []
+            return {"tokens": special + [5 + ord(c) % 50 for c in text[:40]]}
+        if path == "/v1/chat/completions":
+            return {"choices": [{"index": 0, "message": {"content": "cc"}, "token_ids": [3, 3]}]}
+        if body["max_tokens"] > 1:  # greedy
+            return {"choices": [{"index": i, "text": "cc", "token_ids": [3, 3]}
+                                for i in range(len(body["prompt"]))]}
+        return {"choices": [
+            {"index": i, "text": "c",
+             "prompt_logprobs": [None] + [_entry(t, self.shift) for t in ids[1:]]}
+            for i, ids in enumerate(body["prompt"])]}
+
+    def _reply(self, data: dict[str, Any], status: int = 200) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def stand_in(shift: float = 0.0) -> Iterator[tuple[str, type[Handler]]]:
+    """A running stand-in endpoint: its base URL (…/v1) and its handler class (`seen`,
+    `shift` may be changed while it runs)."""
+    handler = type("ShiftedHandler", (Handler,), {"shift": shift, "seen": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
