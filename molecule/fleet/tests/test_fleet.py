@@ -227,30 +227,39 @@ def wait_status(server: str, status: str, timeout: float = 60) -> str:
     return seen
 
 
+# Every node has an agent check (the watchdog's status port), and HAProxy names a drained
+# server with an agent check "DRAIN (agent)" whoever drained it (SRV_STATS_STATE_DRAIN_AGENT in
+# its stats code); without an agent check it would read "DRAIN".
+DRAINED = "DRAIN (agent)"
+
+
 def test_drain_and_maint_survive_a_reload_and_a_restart(figures, results):
     """A node drained or held out stays so when the gateway reloads (a changed configuration,
-    by the role's handler) or restarts: the unit saves the states, HAProxy reads them back."""
+    by the role's handler) or restarts: the unit saves the states, HAProxy reads them back.
+    The node is put back in rotation and the configuration restored whatever fails."""
     node = "fleet-node2"
     assert wait_status(node, "UP") == "UP"
-    runtime_api(f"set server vllm/{node} state drain")
-    assert wait_status(node, "DRAIN", 10) == "DRAIN"
-    pid = sh(GW, "systemctl show -P MainPID haproxy.service").strip()
-    changed = playbook("gateway.yml", "-e", "gateway_health_rise=3")  # a real config change
-    assert changed.returncode == 0, changed.stdout[-3000:]
-    assert "Reload HAProxy]" in changed.stdout  # the role's handler ran
-    assert "rise 3" in sh(GW, "cat /etc/haproxy/haproxy.cfg")
-    assert sh(GW, "systemctl show -P MainPID haproxy.service").strip() == pid  # a reload
-    assert "saved to /var/lib/haproxy/server-state" in sh(
-        GW, "journalctl --no-pager -u haproxy.service -n 50")
-    after_reload = wait_status(node, "DRAIN", 20)
-    assert after_reload == "DRAIN"  # without the saved states: UP
-    assert wait_status("fleet-node1", "UP", 20) == "UP"
-    runtime_api(f"set server vllm/{node} state maint")
-    sh(GW, "systemctl restart haproxy.service")
-    after_restart = wait_status(node, "MAINT", 20)
-    assert after_restart == "MAINT"
-    runtime_api(f"set server vllm/{node} state ready")
-    restored = playbook("gateway.yml")  # back to the scenario's configuration
+    try:
+        runtime_api(f"set server vllm/{node} state drain")
+        assert wait_status(node, DRAINED, 10) == DRAINED
+        pid = sh(GW, "systemctl show -P MainPID haproxy.service").strip()
+        changed = playbook("gateway.yml", "-e", "gateway_health_rise=3")  # a real config change
+        assert changed.returncode == 0, changed.stdout[-3000:]
+        assert "Reload HAProxy]" in changed.stdout  # the role's handler ran
+        assert "rise 3" in sh(GW, "cat /etc/haproxy/haproxy.cfg")
+        assert sh(GW, "systemctl show -P MainPID haproxy.service").strip() == pid  # a reload
+        assert "saved to /var/lib/haproxy/server-state" in sh(
+            GW, "journalctl --no-pager -u haproxy.service -n 50")
+        after_reload = wait_status(node, DRAINED, 20)
+        assert after_reload == DRAINED  # without the saved states: UP
+        assert wait_status("fleet-node1", "UP", 20) == "UP"
+        runtime_api(f"set server vllm/{node} state maint")
+        sh(GW, "systemctl restart haproxy.service")
+        after_restart = wait_status(node, "MAINT", 20)
+        assert after_restart == "MAINT"
+    finally:
+        runtime_api(f"set server vllm/{node} state ready")
+        restored = playbook("gateway.yml")  # back to the scenario's configuration
     assert restored.returncode == 0, restored.stdout[-3000:]
     assert wait_status(node, "UP") == "UP"
     figures.append(f"gateway: {node} drained, reload (config change) -> {after_reload}; "

@@ -80,7 +80,7 @@ def engine_of(node: str) -> tuple[str, str]:
     (the wrapper starts vLLM as the leader of a new session), else vLLM's main process."""
     server = sh(node, f"pgrep -P {main_pid(node)} -o").strip()
     for line in sh(node, f"ps -o pid=,comm= -s {server}").splitlines():
-        pid, _, comm = line.strip().partition(" ")
+        pid, comm = [*line.split(maxsplit=1), ""][:2]
         if comm.strip().startswith("VLLM::EngineCor"):
             return pid, comm.strip()
     return server, "vLLM main process"

@@ -8,11 +8,13 @@ fingerprint run as the service's user (become, over the podman connection as roo
 API key nowhere in the report or the run's log.
 
 Last, the wrong model: the service is made to serve a copy of its checkpoint with layer 1's
-weights scaled by 1.05 (bound over the model directory in the unit's own mount namespace, so
-the checkpoint on disk, and the cached reference, are the right ones), and acceptance, with
-its fingerprint check alone, fails naming check fingerprint against both references; then the
-node is restored. Two restarts of the service (~30-45 s each) and one acceptance run with the
-cached reference (12 s on the host in tests/integration).
+weights scaled by 1.05 (the copy swapped in for the restart alone: once it is loaded the
+checkpoint's own files are back, so the checkpoint on disk, and the cached reference, are the
+right ones), and acceptance, with its fingerprint check alone, fails naming check fingerprint
+against both references; then the node is restored. (A BindReadOnlyPaths= drop-in would be
+neater, but a sandbox container cannot give a unit its own mount namespace: 226/NAMESPACE.)
+Two restarts of the service (~30-45 s each) and one acceptance run with the cached reference
+(12 s on the host in tests/integration).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ SKIP_REASON = "stack 'cpu' has no GPU (device cpu)"
 JOURNAL_UNITS = ["vllm.service"]
 MODEL_DIR = "/srv/models/demo-gptoss-legacy"  # role model's demo, converted (molecule.yml)
 SCALED_DIR = "/srv/models/demo-gptoss-legacy-scaled"
-DROP_IN = "/etc/systemd/system/vllm.service.d/zz-acceptance-scaled-weights.conf"
+KEPT_DIR = "/srv/models/demo-gptoss-legacy-kept"  # the checkpoint, while the copy is swapped in
 
 
 def node_vars() -> dict:
@@ -137,23 +139,27 @@ def test_the_api_key_is_in_neither_the_report_nor_the_log(accepted):
 
 def _serve_scaled_weights(host) -> None:
     """A copy of the checkpoint with layer 1's weights x 1.05 (molecule/shared/scale_layer.py
-    on the node's Python), bound read-only over the model directory for the unit alone, and
-    the service restarted on it (systemctl returns once the wrapper says READY: served)."""
+    on the node's Python, owned as the checkpoint), in the model directory's place while the
+    service restarts on it (systemctl returns once the wrapper says READY: served), then the
+    checkpoint back in place whether the restart worked or not."""
     script = (ROOT / "molecule" / "shared" / "scale_layer.py").read_text()
     out = host.check_output("rm -rf %s && python3 -c %s %s %s model.layers.1. 1.05",
                             SCALED_DIR, script, MODEL_DIR, SCALED_DIR)
     assert int(out.split()[0]) >= 9, out  # 2 norms, 4 attention and 3 MLP projections
-    host.check_output("mkdir -p %s && printf '%%s\\n' %s %s > %s", str(Path(DROP_IN).parent),
-                      "[Service]", f"BindReadOnlyPaths={SCALED_DIR}:{MODEL_DIR}", DROP_IN)
-    host.check_output("systemctl daemon-reload && systemctl restart vllm")
+    host.check_output("chown -R --reference=%s %s", MODEL_DIR, SCALED_DIR)
+    host.check_output(
+        f"mv {MODEL_DIR} {KEPT_DIR} && mv {SCALED_DIR} {MODEL_DIR} && "
+        f"{{ systemctl restart vllm; rc=$?; mv {MODEL_DIR} {SCALED_DIR} && mv {KEPT_DIR} "
+        f"{MODEL_DIR} && exit $rc; }}")
 
 
 def _restore(host) -> None:
-    """The unit as role vllm_service made it, serving the checkpoint. Then its start counter
-    is reset (systemctl reset-failed: the rate limit and NRestarts): these two starts must not
-    use up the unit's StartLimitBurst (5 in 30 min), which test_serving.py's restarts need."""
-    host.run("rm -f %s && rmdir --ignore-fail-on-non-empty %s", DROP_IN, str(Path(DROP_IN).parent))
-    host.run("systemctl daemon-reload && systemctl restart vllm && systemctl reset-failed vllm")
+    """The checkpoint in place (should the swap back have failed) and the service restarted on
+    it. Then its start counter is reset (systemctl reset-failed: the rate limit and NRestarts):
+    these two starts must not use up the unit's StartLimitBurst (5 in 30 min), which
+    test_serving.py's restarts need."""
+    host.run(f"if [ -d {KEPT_DIR} ]; then rm -rf {MODEL_DIR} && mv {KEPT_DIR} {MODEL_DIR}; fi")
+    host.run("systemctl restart vllm && systemctl reset-failed vllm")
     host.run("rm -rf %s", SCALED_DIR)
 
 
@@ -187,8 +193,6 @@ def test_a_scaled_layer_served_fails_acceptance_naming_fingerprint(
 
 
 def test_the_node_is_restored_after_the_scaled_weights(host):
-    assert not host.file(DROP_IN).exists and not host.file(SCALED_DIR).exists
-    assert not host.file(str(Path(DROP_IN).parent)).exists  # role vllm_service makes none
+    assert not host.file(SCALED_DIR).exists and not host.file(KEPT_DIR).exists
+    assert host.file(f"{MODEL_DIR}/config.json").exists
     assert host.check_output("systemctl is-active vllm") == "active"
-    mounts = host.check_output("systemctl show -P BindReadOnlyPaths vllm")
-    assert SCALED_DIR not in mounts
