@@ -190,6 +190,9 @@ def main() -> None:
         module.fail_json(msg=str(exc), refused=True)
     except (ValueError, RuntimeError, OSError) as exc:
         module.fail_json(msg=str(exc), refused=False)
+    except Exception as exc:  # (torch or transformers failing on the node's stack)
+        # a failure with its reason, not a traceback: callers read msg (role fingerprint_gate)
+        module.fail_json(msg=f"{type(exc).__name__}: {exc}", refused=False)
     ok = all(v.ok for v in verdicts.values())
     out = {
         "changed": written, "ok": ok, "fingerprint": fp.as_dict(), "reference_seconds": seconds,

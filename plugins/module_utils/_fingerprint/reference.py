@@ -9,6 +9,7 @@ venv), so this file imports with the standard library alone.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -95,15 +96,29 @@ def _import_torch() -> None:
 def _load(model_path: str) -> tuple[Any, Any]:
     _import_torch()
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
     tok = AutoTokenizer.from_pretrained(model_path)
-    # low_cpu_mem_usage: weights stream from the shards into place, no second full copy
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
-                                                 low_cpu_mem_usage=True)
+    kwargs = load_kwargs(transformers.__version__,
+                         importlib.util.find_spec("accelerate") is not None)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, **{name: torch.float32 if value == "float32" else value
+                       for name, value in kwargs.items()})
     model.eval()
     return tok, model
+
+
+def load_kwargs(transformers_version: str, accelerate: bool) -> dict[str, Any]:
+    """from_pretrained's arguments for float32 weights streamed into place, as the installed
+    transformers names them ("float32" stands for torch.float32). transformers 5 takes `dtype`
+    and streams the shards by itself; 4.x (vLLM 0.6.6's 4.47) takes `torch_dtype`, and streams
+    with low_cpu_mem_usage=True only when accelerate is installed (it raises without it)."""
+    major = int(transformers_version.split(".", 1)[0])
+    if major >= 5:
+        return {"dtype": "float32"}
+    return {"torch_dtype": "float32", **({"low_cpu_mem_usage": True} if accelerate else {})}
 
 
 def _prompt_ids(tok: Any, prompt: Prompt) -> list[int]:

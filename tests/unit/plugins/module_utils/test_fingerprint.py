@@ -157,3 +157,14 @@ def test_greedy_text_with_undecodable_bytes_is_not_compared() -> None:
     v = F.compare(_fp(ref), _fp(_scored(text="a)")), TOL)
     assert v.ok and v.prompts[0].greedy_match is None and v.greedy_mismatches == 0
     assert not F.compare(_fp(_scored(text="ab")), _fp(_scored(text="ac")), TOL).ok
+
+
+@pytest.mark.parametrize(("version", "accelerate", "expected"), [
+    ("5.19.0", True, {"dtype": "float32"}),  # the cpu stack: streams by itself
+    ("5.0.0", False, {"dtype": "float32"}),
+    ("4.47.1", False, {"torch_dtype": "float32"}),  # vLLM 0.6.6's, no accelerate in its lock
+    ("4.47.1", True, {"torch_dtype": "float32", "low_cpu_mem_usage": True}),
+])
+def test_from_pretrained_arguments_follow_the_installed_transformers(
+        version: str, accelerate: bool, expected: dict) -> None:
+    assert reference.load_kwargs(version, accelerate) == expected

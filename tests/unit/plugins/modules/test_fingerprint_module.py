@@ -92,3 +92,16 @@ def test_a_refused_reference_says_so_apart_from_other_failures(endpoint, capsys,
     assert "too large" in result["msg"] and "GiB" in result["msg"]
     other = run(capsys, endpoint, reference_model_path=str(tmp_path / "empty"))
     assert other["failed"] and other["refused"] is False
+
+
+def test_an_unexpected_error_of_the_reference_fails_with_its_reason(endpoint, capsys, tmp_path,
+                                                                    monkeypatch):
+    """transformers 4.47 raises ImportError when asked to stream without accelerate: a failure
+    whose msg names it (role fingerprint_gate publishes msg), not a module traceback."""
+    def no_accelerate(*_args: object, **_kwargs: object) -> None:
+        raise ImportError("Using `low_cpu_mem_usage=True` requires Accelerate")
+
+    monkeypatch.setattr(fingerprint, "references", no_accelerate)
+    result = run(capsys, endpoint, reference_model_path=str(tmp_path))
+    assert result["failed"] and result["refused"] is False
+    assert result["msg"] == "ImportError: Using `low_cpu_mem_usage=True` requires Accelerate"
