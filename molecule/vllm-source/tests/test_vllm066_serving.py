@@ -213,7 +213,8 @@ def test_acceptance_passes_with_the_gpu_checks_skipped(ansible_run, podman_hostv
     run = ansible_run(
         REPO / "playbooks" / "acceptance.yml",
         {NODE: podman_hostvars(NODE, **VARS)},
-        extravars={"instinct_vllm_hosts": NODE, "acceptance_report_dir": str(reports)},
+        extravars={"instinct_vllm_hosts": NODE, "acceptance_report_dir": str(reports),
+                   "instinct_vllm_fingerprint_baseline_dir": str(tmp_path / "baselines")},
     )
     assert run.rc == 0, run.failure_messages()
     report = json.loads((reports / f"{NODE}.json").read_text())
@@ -230,9 +231,18 @@ def test_acceptance_passes_with_the_gpu_checks_skipped(ansible_run, podman_hostv
     serve = report["checks"]["serve"]
     assert serve["status"] == "ok" and serve["detail"]["completion_tokens"] >= 1, serve
     assert serve["detail"]["mode"] == "service" and serve["detail"]["service"] == "active", serve
+    # the answers of vLLM 0.6.6.post1 (built for the CPU) against transformers 4.47.1 from the
+    # same checkpoint: within float32's tolerance (max |delta logprob| measured 2.9e-06)
+    fingerprint = report["checks"]["fingerprint"]
+    assert fingerprint["status"] == "ok", fingerprint
+    verdict = fingerprint["detail"]["verdicts"]["transformers"]
+    assert verdict["ok"] and verdict["greedy_mismatches"] == 0, verdict
+    assert verdict["max_abs"] <= verdict["tolerance"]["max_abs"], verdict
     # every check ran as the service's user (the playbook becomes vllm_service_user), but the
-    # kernel log, which only root reads
-    ran_as = {name: c["detail"].get("user") for name, c in report["checks"].items()}
+    # kernel log, which only root reads, and the fingerprint (as root: the checkpoint and the
+    # reference cache), whose result names no user
+    ran_as = {name: c["detail"].get("user") for name, c in report["checks"].items()
+              if name != "fingerprint"}
     assert ran_as.pop("kernel_log") == "root", report
     assert set(ran_as.values()) == {"vllm"}, report
     assert KEY not in json.dumps(run.events) and KEY not in json.dumps(report)
