@@ -11,8 +11,8 @@ Last, the wrong model: the service is made to serve a copy of its checkpoint wit
 weights scaled by 1.05 (the copy swapped in for the restart alone: once it is loaded the
 checkpoint's own files are back, so the checkpoint on disk, and the cached reference, are the
 right ones), and acceptance, with its fingerprint check alone, fails naming check fingerprint
-against both references; then the node is restored. (A BindReadOnlyPaths= drop-in would be
-neater, but a sandbox container cannot give a unit its own mount namespace: 226/NAMESPACE.)
+against both references; then the node is restored. (Not a BindReadOnlyPaths= drop-in: in a
+sandbox container a unit gets no mount namespace of its own and fails with 226/NAMESPACE.)
 Two restarts of the service (~30-45 s each) and one acceptance run with the cached reference
 (12 s on the host in tests/integration).
 """

@@ -101,24 +101,21 @@ def _load(model_path: str) -> tuple[Any, Any]:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "0")) or torch.get_num_threads())
     tok = AutoTokenizer.from_pretrained(model_path)
-    kwargs = load_kwargs(transformers.__version__,
-                         importlib.util.find_spec("accelerate") is not None)
+    accelerate = importlib.util.find_spec("accelerate") is not None
     model = AutoModelForCausalLM.from_pretrained(
-        model_path, **{name: torch.float32 if value == "float32" else value
-                       for name, value in kwargs.items()})
+        model_path, **load_kwargs(transformers.__version__, accelerate, torch.float32))
     model.eval()
     return tok, model
 
 
-def load_kwargs(transformers_version: str, accelerate: bool) -> dict[str, Any]:
-    """from_pretrained's arguments for float32 weights streamed into place, as the installed
-    transformers names them ("float32" stands for torch.float32). transformers 5 takes `dtype`
-    and streams the shards by itself; 4.x (vLLM 0.6.6's 4.47) takes `torch_dtype`, and streams
-    with low_cpu_mem_usage=True only when accelerate is installed (it raises without it)."""
-    major = int(transformers_version.split(".", 1)[0])
-    if major >= 5:
-        return {"dtype": "float32"}
-    return {"torch_dtype": "float32", **({"low_cpu_mem_usage": True} if accelerate else {})}
+def load_kwargs(transformers_version: str, accelerate: bool, dtype: Any) -> dict[str, Any]:
+    """from_pretrained's arguments for `dtype` weights streamed into place, as the installed
+    transformers names them. transformers 5 takes `dtype` and streams the shards by itself;
+    4.x (vLLM 0.6.6's 4.47) takes `torch_dtype`, and streams with low_cpu_mem_usage=True only
+    when accelerate is installed (it raises without it)."""
+    if int(transformers_version.split(".", 1)[0]) >= 5:
+        return {"dtype": dtype}
+    return {"torch_dtype": dtype, **({"low_cpu_mem_usage": True} if accelerate else {})}
 
 
 def _prompt_ids(tok: Any, prompt: Prompt) -> list[int]:

@@ -167,4 +167,4 @@ def test_greedy_text_with_undecodable_bytes_is_not_compared() -> None:
 ])
 def test_from_pretrained_arguments_follow_the_installed_transformers(
         version: str, accelerate: bool, expected: dict) -> None:
-    assert reference.load_kwargs(version, accelerate) == expected
+    assert reference.load_kwargs(version, accelerate, "float32") == expected
