@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters for the role rocm; the logic is in plugin_utils/rocm_verify.py.
 
-Documented in rocm_agents_check.yml beside this file. Usage::
+Documented in rocm_agents_check.yml and rocm_partitions_check.yml beside this file. Usage::
 
     _rocm_gpu.gpu_facts | instinct.vllm.rocm_agents_check(instinct_vllm_stack_resolved.gpu_archs)
+    _rocm_gpu.gpu_facts | instinct.vllm.rocm_partitions_check
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.instinct.vllm.plugins.plugin_utils.rocm_verify import agents_check
+from ansible_collections.instinct.vllm.plugins.plugin_utils.rocm_verify import (
+    agents_check,
+    partitions_check,
+)
 
 
 def rocm_agents_check(facts: Any, archs: Any) -> dict[str, Any]:
@@ -25,6 +29,16 @@ def rocm_agents_check(facts: Any, archs: Any) -> dict[str, Any]:
     return agents_check(facts, [str(a) for a in archs])
 
 
+def rocm_partitions_check(facts: Any) -> dict[str, Any]:
+    """``{ok, problems, compute, memory, summary}``: rocm-smi's partition modes, alike and known."""
+    if not isinstance(facts, dict):
+        raise AnsibleFilterError("rocm_partitions_check: the input must be gpu_facts' result")
+    return partitions_check(facts)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"rocm_agents_check": rocm_agents_check}
+        return {
+            "rocm_agents_check": rocm_agents_check,
+            "rocm_partitions_check": rocm_partitions_check,
+        }

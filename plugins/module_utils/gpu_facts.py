@@ -19,11 +19,16 @@ from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.driver im
     secure_boot_state,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.rocm import (
+    COMPUTE_PARTITIONS,
+    MEMORY_PARTITIONS,
     parse_amd_smi_static,
+    parse_rocm_smi_partitions,
     parse_rocminfo,
 )
 
 __all__ = [
+    "COMPUTE_PARTITIONS",
+    "MEMORY_PARTITIONS",
     "SOURCES",
     "TOOLS",
     "collect",
@@ -31,6 +36,7 @@ __all__ = [
     "parse_amd_smi_static",
     "parse_dkms_status",
     "parse_lsmod",
+    "parse_rocm_smi_partitions",
     "parse_rocminfo",
     "secure_boot_state",
 ]

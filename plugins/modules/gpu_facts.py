@@ -14,6 +14,8 @@ description:
     then, when the tools exist, the HSA agents from C(rocminfo) (gfx name, marketing name,
     compute units, VRAM), C(amd-smi static --json) and C(amd-smi version --json), or the
     concise C(rocm-smi) table when amd-smi is absent or failed.
+  - With rocm-smi, the compute and memory partition mode of every device it lists
+    (C(rocm-smi --showcomputepartition --showmemorypartition)).
   - Reads the amdgpu driver state from C(/sys/module/amdgpu) (version file, initstate),
     C(lsmod) and C(dkms status -m amdgpu), lists files in C(/etc/modprobe.d) that
     blacklist amdgpu, and reads the Secure Boot state (EFI variable, else
@@ -122,6 +124,13 @@ gpu_facts:
       type: dict
     rocm_smi:
       description: C({tool, status, error, gpu_count, ids}) (read only when amd-smi gave nothing).
+      type: dict
+    partition_modes:
+      description: >-
+        C({tool, status, error, gpus}) from C(rocm-smi --showcomputepartition
+        --showmemorypartition); each of C(gpus) is C({index, compute, memory, notes}) (rocm-smi's
+        device index; a mode it could not read is null, its line in C(notes)); status ok,
+        no_gpus, unparsable, error, not_installed or skipped. Read with the rocm_smi source.
       type: dict
     driver:
       description: >-

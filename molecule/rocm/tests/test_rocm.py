@@ -233,6 +233,23 @@ def test_gpu_facts_after_install_8_x_gfx942(host):
     assert facts["products"] == ["MI300X"]
 
 
+def test_partition_modes_from_the_installed_rocm_smi(host):
+    """Role rocm's verify reads the modes with rocm-smi; the stub replays a recorded SPX / NPS1."""
+    from ansible_collections.instinct.vllm.plugins.plugin_utils.rocm_verify import (
+        partitions_check,
+    )
+
+    def run(argv):
+        result = host.run(" ".join(f"'{a}'" for a in argv))
+        return result.rc, result.stdout, result.stderr
+
+    tools = {key: None for key in gpu_facts.TOOLS} | {"rocm_smi": f"{PREFIX}/bin/rocm-smi"}
+    facts = gpu_facts.collect(tools, run, sources=["rocm_smi"])
+    assert facts["partition_modes"]["status"] == "ok", facts["partition_modes"]
+    verdict = partitions_check(facts)
+    assert verdict["ok"] and (verdict["compute"], verdict["memory"]) == ("SPX", "NPS1")
+
+
 # ---- the amdsmi Python binding (stub amd_smi in amd-smi-lib): what vLLM 0.6.x detects ROCm by
 
 AMD_SMI = "/opt/rocm/share/amd_smi"

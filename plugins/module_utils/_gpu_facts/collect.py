@@ -33,9 +33,11 @@ from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.pci impor
     short_bdf,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts.rocm import (
+    PARTITION_ARGS,
     parse_amd_smi_static,
     parse_amd_smi_version,
     parse_rocm_smi,
+    parse_rocm_smi_partitions,
     parse_rocminfo,
 )
 
@@ -299,6 +301,22 @@ def collect_rocm_smi(tool: str | None, run: Runner, wanted: bool = True) -> dict
     return section
 
 
+def collect_partition_modes(tool: str | None, run: Runner, wanted: bool = True) -> dict[str, Any]:
+    """rocm-smi's compute and memory partition modes, one entry per device it lists."""
+    section = _skipped(tool, gpus=[])
+    if not _runnable(section, tool, wanted):
+        return section
+    rc, out = _run(run, [str(tool), *PARTITION_ARGS])
+    parsed = parse_rocm_smi_partitions(out)
+    if parsed["status"] == "unparsable" and rc != 0:
+        parsed["error"] = (
+            f"rocm-smi {' '.join(PARTITION_ARGS)} failed (rc={rc}): {out.strip()[:300]}"
+        )
+        parsed["status"] = "error"
+    section.update(status=parsed["status"], error=parsed["error"], gpus=parsed["gpus"])
+    return section
+
+
 def _ok_output(run: Runner, tool: str | None, *args: str) -> str | None:
     """The output of ``tool args`` when it exists and exits 0, else None."""
     if not tool:
@@ -405,6 +423,7 @@ def collect(
     rocm_smi = collect_rocm_smi(
         tools.get("rocm_smi"), run, "rocm_smi" in wanted and amd_smi["status"] != "ok"
     )
+    partition_modes = collect_partition_modes(tools.get("rocm_smi"), run, "rocm_smi" in wanted)
     driver = collect_driver(tools, run, paths, amd_smi["amdgpu_version"], "driver" in wanted)
     info_version = _read(Path(paths.rocm_path) / ".info" / "version")
     gpus, unmatched = merge_gpus(pci_devices, agents, smi_gpus)
@@ -415,6 +434,7 @@ def collect(
         "rocminfo": rocminfo,
         "amd_smi": amd_smi,
         "rocm_smi": rocm_smi,
+        "partition_modes": partition_modes,
         "driver": driver,
         "kfd": _kfd(paths.dev_dir),
         "rocm_version": amd_smi["rocm_version"] or (info_version.strip() if info_version else None),

@@ -419,3 +419,63 @@ def parse_rocm_smi_productname(text: str) -> dict[int, dict[str, str]]:
                 match.group("value")
             )
     return cards
+
+
+# --- rocm-smi --showcomputepartition --showmemorypartition ------------------------------------
+
+# The modes ROCm 6.2.1's rocm-smi knows (ROCm/rocm_smi_lib at tag rocm-6.2.1,
+# python_smi_tools/rsmiBindings.py: compute_partition_type_l and rsmi_memory_partition_type_t).
+COMPUTE_PARTITIONS: tuple[str, ...] = ("SPX", "DPX", "TPX", "QPX", "CPX")
+MEMORY_PARTITIONS: tuple[str, ...] = ("NPS1", "NPS2", "NPS4", "NPS8")
+PARTITION_ARGS: tuple[str, ...] = ("--showcomputepartition", "--showmemorypartition")
+
+_SMI_LINE = re.compile(r"^GPU\[(?P<index>\d+)\]\s*:\s*(?P<text>.*?)\s*$")
+_PARTITION_VALUE = re.compile(r"^(?P<kind>Compute|Memory) Partition:\s*(?P<mode>\S+)$")
+_SECTIONS_SMI = {"Current Compute Partition": "compute", "Current Memory Partition": "memory"}
+
+
+def _partition_section(line: str, current: str | None) -> str | None:
+    """The section a spacer line opens (``compute``/``memory``); other spacers close it."""
+    if not line.startswith("="):
+        return current
+    return next((kind for title, kind in _SECTIONS_SMI.items() if title in line), None)
+
+
+def parse_rocm_smi_partitions(text: str) -> dict[str, Any]:
+    """``rocm-smi --showcomputepartition --showmemorypartition``: each device's two modes.
+
+    rocm-smi prints ``GPU[i] : Compute Partition: SPX`` and ``GPU[i] : Memory Partition: NPS1``
+    (``printLog`` in rocm_smi.py), or ``Not supported on the given system`` / an error line for
+    a device that cannot say (GPUs without partitions; secondary partitions on some releases).
+    Returns ``{status, error, gpus: [{index, compute, memory, notes}]}``; a mode that could not
+    be read is None and its line is kept in ``notes``.
+    """
+    text = strip_ansi(text or "")
+    result: dict[str, Any] = {"status": "unparsable", "error": None, "gpus": []}
+    if "No AMD GPUs specified" in text:
+        result.update(status="no_gpus", error="rocm-smi: no AMD GPUs (see dmesg for amdgpu)")
+        return result
+    gpus: dict[int, dict[str, Any]] = {}
+    section: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        section = _partition_section(line, section)
+        match = _SMI_LINE.match(line)
+        if not match or section is None:
+            continue
+        gpu = gpus.setdefault(
+            int(match.group("index")),
+            {"index": int(match.group("index")), "compute": None, "memory": None, "notes": []},
+        )
+        value = _PARTITION_VALUE.match(match.group("text"))
+        if value and value.group("kind").lower() == section:
+            mode = value.group("mode").upper()
+            gpu[section] = None if mode == "N/A" else mode
+        else:
+            gpu["notes"].append(f"{section}: {match.group('text')}")
+    result["gpus"] = [gpus[i] for i in sorted(gpus)]
+    if result["gpus"]:
+        result["status"] = "ok"
+    else:
+        result["error"] = f"rocm-smi: no partition lines: {text.strip()[:200]}"
+    return result

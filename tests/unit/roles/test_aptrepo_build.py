@@ -102,6 +102,23 @@ def test_rocminfo_stub_replays_the_8_gpu_recording(repo: Path, tmp_path: Path):
     assert len(re.findall(r"^\s*Name:\s+gfx942\s*$", out, re.M)) == 8
 
 
+def test_rocm_smi_stub_replays_the_partition_recording(repo: Path, tmp_path: Path):
+    """The rocm scenario's verify reads the partition modes through this stub."""
+    deb = next((repo / "rocm/apt/6.2.1/pool/main/r/rocm-smi-lib").glob("*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path)], check=True)
+    smi = str(tmp_path / "opt/rocm-6.2.1/bin/rocm-smi")
+    args = ["--showcomputepartition", "--showmemorypartition"]
+    out = subprocess.run([smi, *args], check=True, capture_output=True, text=True).stdout
+    recorded = (
+        ROOT
+        / "tests/unit/fixtures/instinct"
+        / "rocm-smi_showcomputepartition_showmemorypartition_mi300x_4gpu.txt"
+    ).read_text()
+    assert out == recorded
+    unrecorded = subprocess.run([smi, "--showcomputepartition"], capture_output=True, text=True)
+    assert unrecorded.returncode == 2 and "no recording" in unrecorded.stderr
+
+
 def test_lspci_stub_adds_the_ids_of_the_real_nn_line(repo: Path):
     script = (
         (repo / "stubs" / "lspci")

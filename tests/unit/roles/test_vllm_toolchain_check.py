@@ -126,14 +126,57 @@ def test_a_compiler_that_fails_is_reported_with_its_error(tmp_path: Path) -> Non
     assert problem.endswith("install g++ (vllm_runtime_toolchain_packages.cpu)")
 
 
+OWN = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def distribution_python(tmp_path: Path, version: str) -> str:
+    """A /usr/bin/python3 as Debian links it: python3 -> python3.X."""
+    (tmp_path / "dist").mkdir(exist_ok=True)
+    target = tmp_path / "dist" / f"python{version}"
+    target.symlink_to(sys.executable)
+    link = tmp_path / "dist" / "python3"
+    link.symlink_to(target.name)
+    return str(link)
+
+
 def test_no_python_h_names_the_directory_and_the_package(tmp_path: Path) -> None:
     empty = tmp_path / "include" / "python3.11"
     empty.mkdir(parents=True)
-    rc, report = run_check([*CPU_ARGS, "--include-dir", str(empty)])
+    dist = distribution_python(tmp_path, OWN)  # the venv's Python is the distribution's
+    rc, report = run_check(
+        [*CPU_ARGS, "--include-dir", str(empty), "--distribution-python", dist]
+    )
     assert rc == 1
     (problem,) = report["problems"]  # no build attempted: it would only repeat the cause
     assert problem.startswith(f"Python.h not found in {empty} (")
     assert problem.endswith("install python3-dev (vllm_runtime_toolchain_packages.cpu)")
+
+
+def test_a_python_other_than_the_distributions_needs_its_own_headers(tmp_path: Path) -> None:
+    """A venv from python3.12 on a host whose python3 is another: python3-dev is not it."""
+    empty = tmp_path / "include"
+    empty.mkdir()
+    dist = distribution_python(tmp_path, "3.99")
+    rc, report = run_check(
+        [*ROCM_ARGS, "--include-dir", str(empty), "--distribution-python", dist]
+    )
+    assert rc == 1
+    (problem,) = report["problems"]
+    assert (
+        f"install python{OWN}-dev (vllm_runtime_toolchain_packages.rocm); this Python is {OWN}"
+        f" and python3-dev brings the headers of the distribution's python3 (3.99): list "
+        f"python{OWN}-dev instead"
+    ) in problem
+    assert "install python3-dev" not in problem
+
+
+def test_the_distributions_python_is_read_from_its_link(tmp_path: Path) -> None:
+    assert check.distribution_python(Path(distribution_python(tmp_path, "3.12"))) == "3.12"
+    assert check.distribution_python(tmp_path / "missing") is None
+    # an unknown distribution python (not python3.X): the listed package stands
+    assert check.headers_packages(["python3-dev"], None) == (["python3-dev"], "")
+    assert check.headers_packages(["python3-dev"], OWN) == (["python3-dev"], "")
+    assert check.headers_packages(["python3-dev"], "3.99")[0] == [f"python{OWN}-dev"]
 
 
 def test_a_compiler_argument_needs_language_command_and_package() -> None:

@@ -56,6 +56,8 @@ def dirs(tmp_path: Path) -> dict[str, str]:
 ROCMINFO_8 = ("rocminfo",)
 AMD_SMI_STATIC = ("amd-smi", "static")
 AMD_SMI_VERSION = ("amd-smi", "version")
+PARTITION_MODES = ("rocm-smi", "--showcomputepartition", "--showmemorypartition")
+PARTITIONS_4 = "rocm-smi_showcomputepartition_showmemorypartition_mi300x_4gpu.txt"
 
 
 def test_before_rocm_pci_only(dirs: dict[str, str]) -> None:
@@ -79,6 +81,7 @@ def test_after_rocm_everything_merged(dirs: dict[str, str]) -> None:
             ROCMINFO_8: (0, load("rocminfo_mi300x_8gpu_xeon8470.txt")),
             AMD_SMI_STATIC: (0, load("amd-smi_static_json_mi300x_8gpu_rocm7.2.1.json")),
             AMD_SMI_VERSION: (0, load("amd-smi_version_json_mi300x_rocm7.2.1.json")),
+            PARTITION_MODES: (0, load(PARTITIONS_4)),
         }
     )
     facts = gf.collect(tools("lspci", "rocminfo", "amd_smi", "rocm_smi"), host, **dirs)
@@ -91,6 +94,11 @@ def test_after_rocm_everything_merged(dirs: dict[str, str]) -> None:
     assert gpu["vram_gib"] == 192.0 and gpu["compute_units"] == 304 and gpu["partitions"] == 1
     assert gpu["marketing_name"] == "AMD Instinct MI300X"
     assert facts["rocm_smi"]["status"] == "skipped"  # amd-smi answered
+    # the partition modes are read from rocm-smi whatever amd-smi answered
+    modes = facts["partition_modes"]
+    assert modes["status"] == "ok" and modes["tool"] == "/usr/bin/rocm-smi"
+    assert {(g["compute"], g["memory"]) for g in modes["gpus"]} == {("SPX", "NPS1")}
+    assert ["/usr/bin/rocm-smi", "--showcomputepartition", "--showmemorypartition"] in host.calls
     assert facts["problems"] == []
 
 

@@ -192,3 +192,46 @@ def test_rocm_smi_productname() -> None:
     assert cards[0]["Card Series"] == "AMD Instinct MI300X OAM"
     apus = rocm.parse_rocm_smi_productname(load("rocm-smi_showproduct_mi300a_4apu.txt"))
     assert len(apus) == 4 and apus[3]["Card Model"] == "0x74a0"
+
+
+# --- rocm-smi --showcomputepartition --showmemorypartition -------------------------------------
+
+PARTITIONS = "rocm-smi_showcomputepartition_showmemorypartition_mi300x_4gpu.txt"
+
+
+def test_partitions_4_mi300x_spx_nps1() -> None:
+    parsed = rocm.parse_rocm_smi_partitions(load(PARTITIONS))
+    assert parsed["status"] == "ok" and parsed["error"] is None
+    assert [(g["index"], g["compute"], g["memory"]) for g in parsed["gpus"]] == [
+        (i, "SPX", "NPS1") for i in range(4)
+    ]
+
+
+def test_partitions_read_from_the_full_report_too() -> None:
+    """`rocm-smi -a` prints the same sections: the other sections' GPU lines are not modes."""
+    parsed = rocm.parse_rocm_smi_partitions(load("rocm-smi_-a_mi300x_4gpu.txt"))
+    assert [(g["compute"], g["memory"], g["notes"]) for g in parsed["gpus"]] == [
+        ("SPX", "NPS1", [])
+    ] * 4
+
+
+def test_partitions_a_device_that_cannot_say() -> None:
+    """rocm_smi.py's own lines for a device without partitions, and an N/A value."""
+    text = (
+        load(PARTITIONS)
+        .replace(
+            "GPU[1]\t\t: Compute Partition: SPX", "GPU[1]\t\t: Not supported on the given system"
+        )
+        .replace("GPU[3]\t\t: Memory Partition: NPS1", "GPU[3]\t\t: Memory Partition: N/A")
+    )
+    gpus = rocm.parse_rocm_smi_partitions(text)["gpus"]
+    assert gpus[1]["compute"] is None and gpus[1]["memory"] == "NPS1"
+    assert gpus[1]["notes"] == ["compute: Not supported on the given system"]
+    assert gpus[3]["memory"] is None and gpus[3]["compute"] == "SPX"
+
+
+def test_partitions_no_gpus_and_garbage() -> None:
+    none = rocm.parse_rocm_smi_partitions(load("rocm-smi_no_amd_gpus_driver_init_failed.txt"))
+    assert none["status"] == "no_gpus" and none["gpus"] == []
+    other = rocm.parse_rocm_smi_partitions(load("rocm-smi_mi300x_8gpu.txt"))
+    assert other["status"] == "unparsable" and "no partition lines" in other["error"]

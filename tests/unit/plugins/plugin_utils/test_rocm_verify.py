@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.instinct.vllm.plugins.filter.rocm import rocm_agents_check
+from ansible_collections.instinct.vllm.plugins.filter.rocm import (
+    rocm_agents_check,
+    rocm_partitions_check,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils._gpu_facts import collect as gf
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "instinct"
@@ -92,3 +95,83 @@ def test_no_pci_gpu_fails_and_bad_input_is_refused(spx: dict):
     assert "lspci finds no AMD GPU (no_devices)" in rocm_agents_check(facts, ["gfx942"])["problems"]
     with pytest.raises(AnsibleFilterError):
         rocm_agents_check([], ["gfx942"])
+
+
+# --- rocm-smi's partition modes (filter instinct.vllm.rocm_partitions_check) -------------------
+
+MODES = "rocm-smi_showcomputepartition_showmemorypartition_mi300x_4gpu.txt"
+
+
+def modes_facts(text: str, rc: int = 0) -> dict:
+    """gpu_facts' partition_modes, from rocm-smi answering with that text."""
+    return {
+        "partition_modes": gf.collect_partition_modes(
+            "/usr/bin/rocm-smi", lambda _a: (rc, text, "")
+        )
+    }
+
+
+def recorded_modes() -> str:
+    return (FIX / MODES).read_text(encoding="utf-8")
+
+
+def test_recorded_modes_pass_and_are_reported():
+    verdict = rocm_partitions_check(modes_facts(recorded_modes()))
+    assert verdict["ok"] and verdict["problems"] == []
+    assert (verdict["compute"], verdict["memory"]) == ("SPX", "NPS1")
+    assert verdict["summary"] == (
+        "compute partition SPX, memory partition NPS1 (4 device(s) in rocm-smi)"
+    )
+
+
+def test_one_gpu_in_another_compute_mode_fails_naming_it():
+    text = recorded_modes().replace(
+        "GPU[2]\t\t: Compute Partition: SPX", "GPU[2]\t\t: Compute Partition: CPX"
+    )
+    verdict = rocm_partitions_check(modes_facts(text))
+    assert not verdict["ok"]
+    assert verdict["problems"] == ["compute partition modes differ: GPU[2] CPX; the others SPX"]
+
+
+def test_one_gpu_in_another_memory_mode_fails_naming_it():
+    text = recorded_modes().replace(
+        "GPU[0]\t\t: Memory Partition: NPS1", "GPU[0]\t\t: Memory Partition: NPS4"
+    )
+    verdict = rocm_partitions_check(modes_facts(text))
+    assert verdict["problems"] == ["memory partition modes differ: GPU[0] NPS4; the others NPS1"]
+
+
+def test_a_mode_rocm_smi_6_2_1_does_not_know_fails():
+    text = recorded_modes().replace("Compute Partition: SPX", "Compute Partition: UNKNOWN")
+    verdict = rocm_partitions_check(modes_facts(text))
+    assert not verdict["ok"]
+    assert verdict["problems"] == [
+        "compute partition mode not one of SPX, DPX, TPX, QPX, CPX: "
+        "GPU[0] UNKNOWN, GPU[1] UNKNOWN, GPU[2] UNKNOWN, GPU[3] UNKNOWN"
+    ]
+
+
+def test_devices_that_cannot_say_are_counted_not_judged():
+    text = (
+        recorded_modes()
+        .replace(
+            "GPU[3]\t\t: Compute Partition: SPX", "GPU[3]\t\t: Not supported on the given system"
+        )
+        .replace(
+            "GPU[3]\t\t: Memory Partition: NPS1", "GPU[3]\t\t: Not supported on the given system"
+        )
+    )
+    verdict = rocm_partitions_check(modes_facts(text))
+    assert verdict["ok"]
+    assert verdict["summary"].endswith("(4 device(s) in rocm-smi, 1 without a mode)")
+
+
+def test_no_rocm_smi_or_a_failing_one_judges_nothing():
+    missing = {"partition_modes": gf.collect_partition_modes(None, lambda _a: (0, "", ""))}
+    assert rocm_partitions_check(missing)["ok"]
+    assert rocm_partitions_check(missing)["summary"] == "partition modes unknown (not_installed)"
+    failed = rocm_partitions_check(modes_facts("Traceback: boom", rc=1))
+    assert failed["ok"] and "failed (rc=1)" in failed["summary"]
+    assert rocm_partitions_check({})["summary"] == "partition modes unknown (not gathered)"
+    with pytest.raises(AnsibleFilterError):
+        rocm_partitions_check([])
