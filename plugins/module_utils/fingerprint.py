@@ -4,7 +4,9 @@ Fixed prompts (files/fingerprint/prompts.yml); for each, the endpoint's greedy c
 its teacher-forced log-probabilities of a reference continuation; compared with a reference -
 transformers on CPU from the same checkpoint (`reference_scores`), or a recorded fingerprint
 such as the fleet baseline - per prompt: token agreement, max and mean |delta logprob|, within
-tolerances per dtype (`tolerance_for`). The standard library and ansible.module_utils.urls at
+tolerances per dtype (`tolerance_for`). Consensus (`probe`, `judge`): during a rollout, a changed
+node's own greedy continuations scored by a node not changed yet, when both claim the same
+answers (`unit_claims`: served name, numerics flags, stack packages). The standard library and ansible.module_utils.urls at
 import time; torch and transformers only when the transformers reference is computed
 (docs/fingerprint.md).
 """
@@ -20,6 +22,17 @@ from typing import Any
 
 from ._fileutil import json_text
 from ._fingerprint.client import Endpoint, record, score
+from ._fingerprint.consensus import (
+    STACK_PACKAGES,
+    Claims,
+    PeerVerdict,
+    ineligible,
+    judge,
+    probe,
+    probe_claims,
+    read_claims,
+    unit_claims,
+)
 from ._fingerprint.compare import (
     DEFAULT_TOLERANCES,
     Tolerance,
@@ -31,9 +44,11 @@ from ._fingerprint.record import Fingerprint, Prompt, Scored, parse_prompts, pro
 from ._fingerprint.reference import check_fits, checkpoint_id, compute
 
 __all__ = [
-    "DEFAULT_TOLERANCES", "Endpoint", "Fingerprint", "Prompt", "Refused", "Scored", "Tolerance",
-    "Verdict", "baseline_key", "compare", "endpoint_fingerprint", "parse_prompts",
-    "reference_fingerprint", "references", "run", "tolerance_for", "write_json",
+    "DEFAULT_TOLERANCES", "STACK_PACKAGES", "Claims", "Endpoint", "Fingerprint", "PeerVerdict",
+    "Prompt", "Refused", "Scored", "Tolerance", "Verdict", "baseline_key", "compare",
+    "endpoint_fingerprint", "ineligible", "judge", "parse_prompts", "probe", "probe_claims",
+    "read_claims", "reference_fingerprint", "references", "run", "tolerance_for", "unit_claims",
+    "write_json",
 ]
 
 

@@ -24,20 +24,28 @@ description:
   - Each reference gives a verdict - per prompt token agreement, max and mean |delta logprob|,
     the greedy text - within the tolerance of I(dtype). Fails when a verdict fails, unless
     I(fail_on_mismatch=false). Without any reference it records the endpoint's own fingerprint.
+  - "Consensus, during a rollout: with I(consensus_probe) the node also returns its C(probe) - its
+    own greedy continuations teacher-forced on it, with what its running release claims (the
+    I(unit_file): served name, the I(numerics_flags), the versions of the stack's packages in its
+    venv). Run on a node not changed yet with I(consensus_of) set to that probe, the module
+    scores the probe's tokens on that node's endpoint (found in its I(unit_file)) and returns
+    the verdict C(consensus), that node being the reference - or C(skipped) with the reason when
+    the two claim different answers (served name, numerics flags or stack)."
   - Reads only; check mode runs the same requests (a I(reference_cache) is then not written).
 options:
   base_url:
-    description: Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
+    description: Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted). Empty -
+      the URL of the service in I(unit_file) (loopback when it listens on every address).
     type: str
-    required: true
+    default: ""
   api_key:
     description: The server's API key (empty sends none).
     type: str
     default: ""
   model:
-    description: The served model name.
+    description: The served model name. Empty - the served name in I(unit_file).
     type: str
-    required: true
+    default: ""
   prompts:
     description: The prompt list - the C(prompts) of C(files/fingerprint/prompts.yml) (id, kind
       C(completion) with C(prompt), or kind C(chat) with C(messages)).
@@ -85,6 +93,25 @@ options:
     description: Fail when a verdict fails (otherwise return it).
     type: bool
     default: true
+  unit_file:
+    description: The vLLM unit of the module's host (the release it runs); what it claims goes
+      into the fingerprint's C(meta.claims) and, with I(consensus_of), gives the endpoint.
+    type: path
+  numerics_flags:
+    description: The server flags that change the answers, compared for consensus.
+    type: list
+    elements: str
+    default: [dtype, kv-cache-dtype, quantization, tensor-parallel-size, pipeline-parallel-size,
+              enforce-eager, calculate-kv-scales]
+  consensus_probe:
+    description: Also return RV(probe), the tokens the nodes not changed yet score (needs
+      I(unit_file)).
+    type: bool
+    default: false
+  consensus_of:
+    description: A changed node's RV(probe) - score it here and return RV(consensus) (needs
+      I(unit_file)); no other reference is then taken.
+    type: dict
 extends_documentation_fragment:
   - instinct.vllm.attributes
 attributes:
@@ -118,6 +145,24 @@ EXAMPLES = r"""
     baseline: "{{ lookup('ansible.builtin.file', baseline_file) | from_json }}"
   vars:
     baseline_file: /var/lib/instinct-vllm/fingerprints/0123abcd89ef4567.json
+
+- name: A changed node's probe ...
+  instinct.vllm.fingerprint:
+    base_url: http://127.0.0.1:8000
+    api_key: "{{ vllm_service_api_key }}"
+    model: demo
+    prompts: "{{ fingerprint_prompts }}"
+    unit_file: /etc/systemd/system/vllm.service
+    consensus_probe: true
+  register: changed_node
+
+- name: ... scored by a node not changed yet (its endpoint from its unit)
+  instinct.vllm.fingerprint:
+    api_key: "{{ vllm_service_api_key }}"
+    prompts: "{{ fingerprint_prompts }}"
+    unit_file: /etc/systemd/system/vllm.service
+    consensus_of: "{{ changed_node.probe }}"
+  delegate_to: node-2
 """
 
 RETURN = r"""
@@ -139,6 +184,16 @@ reference_seconds:
   description: Seconds the transformers reference took (0 when cached or not asked for).
   type: float
   returned: success
+probe:
+  description: With I(consensus_probe) - the node's own greedy continuations teacher-forced on it,
+    a fingerprint whose C(meta.claims) says what its release claims.
+  type: dict
+  returned: success
+consensus:
+  description: With I(consensus_of) - status (C(ok), C(failed), C(skipped)), reason, claims (this
+    node's), verdict (as in RV(verdicts), or null when skipped).
+  type: dict
+  returned: success
 refused:
   description: The transformers reference was refused because the model does not fit the
     host's available RAM (I(msg) names the GiB needed and available); the module failed
@@ -151,16 +206,23 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.fingerprint import (  # noqa: E402
     Endpoint,
     Refused,
+    judge,
     parse_prompts,
+    probe,
+    probe_claims,
+    read_claims,
     references,
     run,
     tolerance_for,
 )
 
+NUMERICS = ["dtype", "kv-cache-dtype", "quantization", "tensor-parallel-size",
+            "pipeline-parallel-size", "enforce-eager", "calculate-kv-scales"]
+
 SPEC = {
-    "base_url": {"type": "str", "required": True},
+    "base_url": {"type": "str", "default": ""},
     "api_key": {"type": "str", "default": "", "no_log": True},
-    "model": {"type": "str", "required": True},
+    "model": {"type": "str", "default": ""},
     "prompts": {"type": "list", "elements": "dict", "required": True},
     "dtype": {"type": "str", "default": "bfloat16"},
     "tolerances": {"type": "dict", "default": {}},
@@ -172,20 +234,62 @@ SPEC = {
     "meta": {"type": "dict", "default": {}},
     "timeout": {"type": "float", "default": 120.0},
     "fail_on_mismatch": {"type": "bool", "default": True},
+    "unit_file": {"type": "path"},
+    "numerics_flags": {"type": "list", "elements": "str", "default": NUMERICS},
+    "consensus_probe": {"type": "bool", "default": False},
+    "consensus_of": {"type": "dict"},
 }
+
+
+def _endpoint(module: AnsibleModule, claims: dict[str, str] | None) -> Endpoint:
+    p = module.params
+    base_url = p["base_url"] or (claims or {}).get("url", "")
+    model = p["model"] or (claims or {}).get("served_model_name", "")
+    if not base_url or not model:
+        module.fail_json(msg="base_url and model are required without a unit_file", refused=False)
+    return Endpoint(base_url, p["api_key"], model, p["timeout"])
+
+
+def _claims(module: AnsibleModule) -> dict[str, str] | None:
+    p = module.params
+    if p["consensus_probe"] and not p["unit_file"]:
+        module.fail_json(msg="consensus_probe needs unit_file", refused=False)
+    return read_claims(p["unit_file"], p["numerics_flags"]).as_dict() if p["unit_file"] else None
+
+
+def consensus(module: AnsibleModule) -> None:
+    """Peer mode: score a changed node's probe here (consensus_of)."""
+    p = module.params
+    if not p["unit_file"]:
+        module.fail_json(msg="consensus_of needs unit_file", refused=False)
+    try:
+        peer = read_claims(p["unit_file"], p["numerics_flags"])
+        ep = _endpoint(module, peer.as_dict())
+        node_probe = probe_claims(p["consensus_of"])
+        verdict = judge(ep, parse_prompts(p["prompts"]), node_probe, peer,
+                        tolerance_for(p["dtype"], p["tolerances"]))
+    except (ValueError, RuntimeError, OSError) as exc:
+        module.fail_json(msg=str(exc), refused=False)
+    module.exit_json(changed=False, ok=verdict.status != "failed", consensus=verdict.as_dict(),
+                     msg=f"consensus {verdict.status}: {verdict.reason}")
 
 
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
+    if p["consensus_of"] is not None:
+        consensus(module)
     try:
+        claims = _claims(module)
+        meta = {**p["meta"], **({"claims": claims} if claims else {})}
         prompts = parse_prompts(p["prompts"])
         tol = tolerance_for(p["dtype"], p["tolerances"])
         refs, seconds, written = references(
             prompts, p["reference_model_path"], p["reference_cache"], p["baseline"],
             p["max_tokens"], p["window"], write=not module.check_mode)
-        ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"])
-        fp, verdicts = run(ep, prompts, refs, tol, p["max_tokens"], p["window"], p["meta"])
+        ep = _endpoint(module, claims)
+        fp, verdicts = run(ep, prompts, refs, tol, p["max_tokens"], p["window"], meta)
+        node_probe = probe(ep, prompts, fp, p["max_tokens"]) if p["consensus_probe"] else None
     except Refused as exc:
         module.fail_json(msg=str(exc), refused=True)
     except (ValueError, RuntimeError, OSError) as exc:
@@ -197,6 +301,7 @@ def main() -> None:
     out = {
         "changed": written, "ok": ok, "fingerprint": fp.as_dict(), "reference_seconds": seconds,
         "verdicts": {k: v.as_dict() for k, v in verdicts.items()},
+        **({"probe": node_probe.as_dict()} if node_probe else {}),
         "msg": "; ".join(f"{k}: {v.summary}" for k, v in verdicts.items())
         or "no reference given: recorded the endpoint's own fingerprint",
     }
