@@ -69,6 +69,9 @@ def _not_judged(result: Mapping[str, Any]) -> list[str]:
         recorded = _true(result.get("baseline_recorded"))
         notes.append(f"no fleet baseline for key {key} yet" + (
             ": this node's fingerprint is now that baseline" if recorded else ""))
+    consensus = result.get("consensus") or {}
+    if "consensus" in refs and consensus.get("status") == "skipped":
+        notes.append(f"consensus {consensus.get('summary', 'skipped')}")
     return notes
 
 

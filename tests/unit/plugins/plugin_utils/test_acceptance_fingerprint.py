@@ -166,3 +166,15 @@ def test_in_the_report_a_failed_fingerprint_fails_the_node_by_name() -> None:
 def test_the_statuses_are_the_reports_own() -> None:
     """Read from the acceptance facade's STATUSES by position: its order must not move."""
     assert (A.OK, A.FAILED, A.SKIPPED, A.ERROR) == ("ok", "failed", "skipped", "error")
+
+
+def test_a_skipped_consensus_is_named_not_judged() -> None:
+    """Outside a rollout no node is left to agree with: the check says so, judges the rest."""
+    skipped = {"status": "skipped", "summary": "skipped: no node is left unchanged to agree "
+               "with (outside a rollout, or its last batch)"}
+    check = acceptance_fingerprint(_result(references=["transformers", "baseline", "consensus"],
+                                           consensus=skipped))
+    assert check["status"] == "ok" and check["detail"]["judged"] == ["baseline", "transformers"]
+    assert check["detail"]["not_judged"] == [f"consensus {skipped['summary']}"]
+    assert check["reason"].endswith("(consensus skipped: no node is left unchanged to agree with "
+                                    "(outside a rollout, or its last batch))")

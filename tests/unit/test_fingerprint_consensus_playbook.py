@@ -1,0 +1,123 @@
+"""The gate fingerprint's consensus through a real ansible-playbook, as role rollout runs it: a
+play with serial 1 over three local nodes that marks each node as changed (as the rollout's
+main.yml does) and includes role rollout's gates/fingerprint.yml. Each node's unit (its running
+release) names a stand-in endpoint (tests/unit/fingerprint_endpoint.py); the peers are the nodes
+the play has not reached yet, scored on their own host (delegate_to). node-a is the changed node
+whose answers moved: it fails naming consensus against node-b and node-c, records no baseline.
+node-b agrees with node-c; node-c, the last, has no peer left: consensus skipped, said so.
+playbooks/verify.yml -e vllm_verify_fingerprint=true runs the same gate with no consensus."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fingerprint_endpoint import KEY, stand_in
+from local_play import ROOT, run_local_playbook
+
+UNIT = ("[Service]\nExecStart=/usr/bin/python3 /w --status-port 0 -- {venv}/bin/vllm serve "
+        "/srv/models/demo-{rev} --dtype float32 --host 127.0.0.1 --port {port} "
+        "--served-model-name demo\n")
+PLAY = """
+- name: A rollout's gate fingerprint, one node at a time
+  hosts: all
+  gather_facts: false
+  serial: 1
+  tasks:
+    - name: Mark the node as changed by this rollout (as role rollout's main.yml)
+      ansible.builtin.set_fact:
+        _rollout_touched: true
+    - name: Gate the node, as the rollout's block does (its rescue says why it failed)
+      block:
+        - name: The gate
+          ansible.builtin.include_role:
+            name: instinct.vllm.rollout
+            tasks_from: gates/fingerprint.yml
+      rescue:
+        - name: Say why
+          ansible.builtin.debug:
+            msg: "GATE FAILED {{ inventory_hostname }}: {{ ansible_failed_result.msg }}"
+"""
+
+
+def _node(tmp: Path, name: str, url: str, rev: str) -> dict[str, Any]:
+    venv = tmp / name / "venv"
+    (venv / "lib" / "python3.11" / "site-packages" / "vllm-0.6.6.dist-info").mkdir(parents=True)
+    unit = tmp / name / "vllm.service"
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    unit.write_text(UNIT.format(venv=venv, rev=rev, port=port))
+    return {"instinct_vllm_fingerprint_base_url": url,
+            "instinct_vllm_fingerprint_unit_file": str(unit),
+            "instinct_vllm_fingerprint_baseline_key": f"key-{name}"}
+
+
+def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
+    common = {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "instinct_vllm_stack": "cpu", "vllm_venv_python": sys.executable,
+        "vllm_service_served_model_name": "demo", "vllm_service_api_key": KEY,
+        "vllm_service_flags": {"dtype": "float32"},
+        "instinct_vllm_fingerprint_baseline_dir": str(tmp / "baselines"),
+        "instinct_vllm_fingerprint_references": ["baseline", "consensus"],
+    }
+    path = tmp / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": common}}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def rolled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str]:
+    tmp = tmp_path_factory.mktemp("consensus")
+    with stand_in(shift=0.01) as (moved, _m), stand_in() as (b, _b), stand_in() as (c, _c):
+        hosts = {"node-a": _node(tmp, "node-a", moved, "r2"), "node-b": _node(tmp, "node-b", b, "r1"),
+                 "node-c": _node(tmp, "node-c", c, "r1")}
+        inventory = _inventory(tmp, hosts)
+        (tmp / "rollout.yml").write_text(PLAY)
+        run = run_local_playbook(tmp / "rollout.yml", {}, inventory=inventory, timeout=600)
+        verify = run_local_playbook(ROOT / "playbooks" / "verify.yml",
+                                    {"instinct_vllm_hosts": "node-b", "vllm_verify_fingerprint": True,
+                                     "vllm_verify_checks": []}, inventory=inventory, timeout=600)
+    return run, tmp, verify.stdout + verify.stderr
+
+
+def _record(tmp: Path, node: str) -> dict[str, Any]:
+    return json.loads((tmp / "baselines" / "nodes" / f"{node}.json").read_text())
+
+
+def test_the_changed_node_whose_answers_moved_fails_naming_consensus(rolled) -> None:
+    run, tmp, _verify = rolled
+    record = _record(tmp, "node-a")
+    assert not record["ok"] and record["verdicts"]["consensus"]["ok"] is False
+    assert record["consensus"]["status"] == "failed"
+    assert sorted(record["consensus"]["peers"]) == ["node-b", "node-c"]
+    assert record["consensus"]["summary"].startswith("disagrees with node-b, node-c (against node-b")
+    assert record["consensus"]["peers"]["node-b"]["claims"]["model"] == "/srv/models/demo-r1"
+    assert record["meta"]["claims"]["model"] == "/srv/models/demo-r2"
+    assert not (tmp / "baselines" / "key-node-a.json").exists()  # a verdict failed: no baseline
+    out = " ".join(run.stdout.split())
+    assert "GATE FAILED node-a: fingerprint of node-a differs from its reference:" in out
+    assert "consensus: disagrees with node-b, node-c" in out
+
+
+def test_an_unchanged_peer_agrees_and_the_last_node_has_none_left(rolled) -> None:
+    _run, tmp, _verify = rolled
+    b = _record(tmp, "node-b")
+    assert b["ok"] and b["consensus"]["status"] == "ok" and list(b["consensus"]["peers"]) == ["node-c"]
+    assert b["verdicts"]["consensus"]["max_abs"] == 0.0
+    assert (tmp / "baselines" / "key-node-b.json").exists()  # every verdict passed
+    c = _record(tmp, "node-c")
+    assert c["ok"] and c["consensus"]["status"] == "skipped" and "consensus" not in c["verdicts"]
+    assert c["consensus"]["summary"] == ("skipped: no node is left unchanged to agree with "
+                                         "(outside a rollout, or its last batch)")
+    assert (tmp / "baselines" / "key-node-c.json").exists()  # a skipped consensus is no verdict
+
+
+def test_verify_runs_the_fingerprint_on_request_without_consensus(rolled) -> None:
+    _run, _tmp, verify = rolled
+    out = " ".join(verify.split())
+    assert "node-b: baseline: 32/32 prompts within tolerance" in out, verify[-3000:]
+    assert "consensus: skipped: no node is left unchanged" in out
