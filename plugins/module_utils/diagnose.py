@@ -13,8 +13,10 @@ Public facade over the private package ``_diagnose``:
 from __future__ import annotations
 
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.bundle import (
+    FINGERPRINT_FILE,
     LeakError,
     bundle,
+    fingerprint_records,
     hosts_in,
     verdict_markdown,
 )
@@ -47,6 +49,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact imp
 
 __all__ = [
     "CLASSES",
+    "FINGERPRINT_FILE",
     "SECRET_NAME",
     "STATUSES",
     "Evidence",
@@ -62,6 +65,7 @@ __all__ = [
     "collect",
     "default_specs",
     "env_file_secrets",
+    "fingerprint_records",
     "hosts_in",
     "pack",
     "private_dir",

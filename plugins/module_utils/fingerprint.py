@@ -6,9 +6,9 @@ transformers on CPU from the same checkpoint (`reference_scores`), or a recorded
 such as the fleet baseline - per prompt: token agreement, max and mean |delta logprob|, within
 tolerances per dtype (`tolerance_for`). Consensus (`probe`, `judge`): during a rollout, a changed
 node's own greedy continuations scored by a node not changed yet, when both claim the same
-answers (`unit_claims`: served name, numerics flags, stack packages). The standard library and ansible.module_utils.urls at
-import time; torch and transformers only when the transformers reference is computed
-(docs/fingerprint.md).
+answers (`unit_claims`: served name, numerics flags, stack packages). The standard library and
+ansible.module_utils.urls at import time; torch and transformers only when the transformers
+reference is computed (docs/fingerprint.md).
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ from typing import Any
 
 from ._fileutil import json_text
 from ._fingerprint.client import Endpoint, record, score
+from ._fingerprint.compare import (
+    DEFAULT_TOLERANCES,
+    Tolerance,
+    Verdict,
+    compare,
+    tolerance_for,
+)
 from ._fingerprint.consensus import (
     STACK_PACKAGES,
     Claims,
@@ -32,13 +39,6 @@ from ._fingerprint.consensus import (
     probe_claims,
     read_claims,
     unit_claims,
-)
-from ._fingerprint.compare import (
-    DEFAULT_TOLERANCES,
-    Tolerance,
-    Verdict,
-    compare,
-    tolerance_for,
 )
 from ._fingerprint.record import Fingerprint, Prompt, Scored, parse_prompts, prompts_sha256
 from ._fingerprint.reference import check_fits, checkpoint_id, compute

@@ -19,7 +19,8 @@ description:
     from a wrong PYTORCH_ROCM_ARCH, "Failed to infer device type"
     (amdsmi binding missing), transformers too new, amdgpu not loaded or blacklisted, service
     user not in render / video, out of memory, DKMS build failure, Secure Boot refusing the
-    module - or C(unknown) when none matched.
+    module, outputs that drift from the fleet baseline or from the unchanged nodes (the node's
+    last fingerprint, I(fingerprints_dir)) - or C(unknown) when none matched.
   - Checks every file again for the I(secrets) and writes nothing when one is found.
   - Writes one archive with C(SUMMARY.md), C(verdicts.json) and each node's files and verdict.
   - "Run it on the controller (C(delegate_to: localhost))."
@@ -42,6 +43,12 @@ options:
     description: Delete the node archives once bundled.
     type: bool
     default: true
+  fingerprints_dir:
+    description: The controller's fingerprint directory (role fingerprint_gate's
+      C(instinct_vllm_fingerprint_baseline_dir)); each node's last fingerprint,
+      C(nodes/<host>.json), joins its evidence - class C(outputs_drift) names what changed
+      when a verdict failed. Empty or missing - none.
+    type: path
 extends_documentation_fragment:
   - instinct.vllm.attributes
 attributes:
@@ -86,6 +93,7 @@ from ansible_collections.instinct.vllm.plugins.module_utils.diagnose import (  #
     LeakError,
     Redactor,
     bundle,
+    fingerprint_records,
     hosts_in,
 )
 
@@ -97,6 +105,7 @@ def main() -> None:
             "dest": {"type": "path", "required": True},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
             "remove_sources": {"type": "bool", "default": True},
+            "fingerprints_dir": {"type": "path"},
         },
         supports_check_mode=False,
     )
@@ -104,7 +113,9 @@ def main() -> None:
     if not p["archives"]:
         module.fail_json(msg="archives: no node archive to classify (did the collection fail?)")
     try:
-        result = bundle(hosts_in(p["archives"]), p["dest"], Redactor(p["secrets"]))
+        hosts = hosts_in(p["archives"])
+        result = bundle(hosts, p["dest"], Redactor(p["secrets"]),
+                        fingerprints=fingerprint_records(p["fingerprints_dir"], hosts))
     except LeakError as exc:
         module.fail_json(msg=str(exc))
     except (OSError, ValueError) as exc:

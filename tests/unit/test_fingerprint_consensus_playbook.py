@@ -70,31 +70,32 @@ def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
 
 
 @pytest.fixture(scope="module")
-def rolled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str]:
+def rolled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("consensus")
     with stand_in(shift=0.01) as (moved, _m), stand_in() as (b, _b), stand_in() as (c, _c):
-        hosts = {"node-a": _node(tmp, "node-a", moved, "r2"), "node-b": _node(tmp, "node-b", b, "r1"),
+        hosts = {"node-a": _node(tmp, "node-a", moved, "r2"),
+                 "node-b": _node(tmp, "node-b", b, "r1"),
                  "node-c": _node(tmp, "node-c", c, "r1")}
         inventory = _inventory(tmp, hosts)
         (tmp / "rollout.yml").write_text(PLAY)
         run = run_local_playbook(tmp / "rollout.yml", {}, inventory=inventory, timeout=600)
-        verify = run_local_playbook(ROOT / "playbooks" / "verify.yml",
-                                    {"instinct_vllm_hosts": "node-b", "vllm_verify_fingerprint": True,
-                                     "vllm_verify_checks": []}, inventory=inventory, timeout=600)
-    return run, tmp, verify.stdout + verify.stderr
-
-
-def _record(tmp: Path, node: str) -> dict[str, Any]:
-    return json.loads((tmp / "baselines" / "nodes" / f"{node}.json").read_text())
+        records = {n: json.loads((tmp / "baselines" / "nodes" / f"{n}.json").read_text())
+                   for n in hosts}  # before verify.yml writes node-b's again
+        variables = {"instinct_vllm_hosts": "node-b", "vllm_verify_fingerprint": True,
+                     "vllm_verify_checks": []}
+        verify = run_local_playbook(ROOT / "playbooks" / "verify.yml", variables,
+                                    inventory=inventory, timeout=600)
+    return run, tmp, verify.stdout + verify.stderr, records
 
 
 def test_the_changed_node_whose_answers_moved_fails_naming_consensus(rolled) -> None:
-    run, tmp, _verify = rolled
-    record = _record(tmp, "node-a")
+    run, tmp, _verify, records = rolled
+    record = records["node-a"]
     assert not record["ok"] and record["verdicts"]["consensus"]["ok"] is False
     assert record["consensus"]["status"] == "failed"
     assert sorted(record["consensus"]["peers"]) == ["node-b", "node-c"]
-    assert record["consensus"]["summary"].startswith("disagrees with node-b, node-c (against node-b")
+    assert record["consensus"]["summary"].startswith(
+        "disagrees with node-b, node-c (against node-b")
     assert record["consensus"]["peers"]["node-b"]["claims"]["model"] == "/srv/models/demo-r1"
     assert record["meta"]["claims"]["model"] == "/srv/models/demo-r2"
     assert not (tmp / "baselines" / "key-node-a.json").exists()  # a verdict failed: no baseline
@@ -104,12 +105,13 @@ def test_the_changed_node_whose_answers_moved_fails_naming_consensus(rolled) -> 
 
 
 def test_an_unchanged_peer_agrees_and_the_last_node_has_none_left(rolled) -> None:
-    _run, tmp, _verify = rolled
-    b = _record(tmp, "node-b")
-    assert b["ok"] and b["consensus"]["status"] == "ok" and list(b["consensus"]["peers"]) == ["node-c"]
+    _run, tmp, _verify, records = rolled
+    b = records["node-b"]
+    assert b["ok"] and b["consensus"]["status"] == "ok"
+    assert list(b["consensus"]["peers"]) == ["node-c"]
     assert b["verdicts"]["consensus"]["max_abs"] == 0.0
     assert (tmp / "baselines" / "key-node-b.json").exists()  # every verdict passed
-    c = _record(tmp, "node-c")
+    c = records["node-c"]
     assert c["ok"] and c["consensus"]["status"] == "skipped" and "consensus" not in c["verdicts"]
     assert c["consensus"]["summary"] == ("skipped: no node is left unchanged to agree with "
                                          "(outside a rollout, or its last batch)")
@@ -117,7 +119,9 @@ def test_an_unchanged_peer_agrees_and_the_last_node_has_none_left(rolled) -> Non
 
 
 def test_verify_runs_the_fingerprint_on_request_without_consensus(rolled) -> None:
-    _run, _tmp, verify = rolled
+    _run, tmp, verify, _records = rolled
     out = " ".join(verify.split())
     assert "node-b: baseline: 32/32 prompts within tolerance" in out, verify[-3000:]
     assert "consensus: skipped: no node is left unchanged" in out
+    after = json.loads((tmp / "baselines" / "nodes" / "node-b.json").read_text())
+    assert after["ok"] and after["consensus"]["status"] == "skipped"  # the last fingerprint

@@ -1,8 +1,12 @@
 """fleet scenario: gateway (HAProxy) + two vLLM sandbox nodes after site.yml.
 
 Order matters: the gateway's checks first (files, TLS, 404/401/429, idempotence), then
-rolling_update.yml under a streaming client load (run 1: a good change on every node; run 2:
-fleet-node1 fails its gate), the logs last (after every request and restart).
+rolling_update.yml under a streaming client load with its default gates, verify and fingerprint
+(run 1: the same weights in a new revision directory on every node, every gate passes; runs 2
+and 3: fleet-node1 gets a revision with one layer's weights scaled by 1.05 and fails the gate
+fingerprint, fleet-node2 - not changed yet - disagreeing with its answers; run 3 rolls it
+back), the logs last (after every request and restart). Each node's last fingerprint is read
+from the controller's fingerprint directory the rollouts are given (FINGERPRINTS).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ LIMITED_KEY = "fleet-client-b-key-0a84f6d39c12"
 KEYS = [NODE_KEY, LOAD_KEY, LIMITED_KEY]
 CONF = "/etc/haproxy/instinct"
 JOURNAL_UNITS = ["haproxy.service", "vllm.service"]
+# Role fingerprint_gate's controller directory for the rollouts: baselines, nodes/<host>.json.
+FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-fingerprints"
+R2 = "/srv/models/demo-gptoss-legacy-r2"  # run 1's revision (change-good.yml)
+SCALED = "/srv/models/demo-gptoss-legacy-r3-scaled"  # runs 2-3 (change-bad-node1.yml)
 
 STAT_PY = (
     "import socket,csv,json;s=socket.socket(socket.AF_UNIX);s.connect('/run/haproxy/admin.sock');"
@@ -280,10 +288,31 @@ def rollout(ca: str, change: str, *extra: str) -> tuple[subprocess.CompletedProc
     load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
     time.sleep(3)
     t0 = time.monotonic()
-    run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}", *extra)
+    run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}",
+                   "-e", f"instinct_vllm_fingerprint_baseline_dir={FINGERPRINTS}", *extra)
     seconds = time.monotonic() - t0
     time.sleep(3)
     return run, load.stop(), seconds
+
+
+def last_fingerprint(node: str) -> dict:
+    """The node's last fingerprint as role fingerprint_gate keeps it on the controller."""
+    import json
+
+    return json.loads((FINGERPRINTS / "nodes" / f"{node}.json").read_text())
+
+
+def scaled_revision() -> str:
+    """Run 1's checkpoint on fleet-node1 with layer 1's weights x 1.05 in a revision directory of
+    its own (molecule/shared/scale_layer.py on the node's Python): what change-bad-node1.yml
+    serves there."""
+    script = (REPO / "molecule" / "shared" / "scale_layer.py").read_text()
+    sh("fleet-node1", f"rm -rf {SCALED}")
+    out = subprocess.run(["podman", "exec", "fleet-node1", "python3", "-c", script, R2, SCALED,
+                          "model.layers.1.", "1.05"], check=True, capture_output=True,
+                         text=True).stdout
+    assert int(out.split()[0]) >= 9, out  # 2 norms, 4 attention and 3 MLP projections
+    return out.strip()
 
 
 def record(results: dict, name: str, run: subprocess.CompletedProcess, outcomes: list,
@@ -296,6 +325,9 @@ def record(results: dict, name: str, run: subprocess.CompletedProcess, outcomes:
 
 
 def test_rolling_update_loses_no_request(ca, figures, results):
+    import shutil
+
+    shutil.rmtree(FINGERPRINTS, ignore_errors=True)  # no baseline of an earlier run
     before = {n: main_pid(n) for n in NODES}
     run, outcomes, seconds = rollout(ca, "change-good.yml")
     bad = failed(outcomes)
@@ -319,9 +351,21 @@ def test_rolling_update_loses_no_request(ca, figures, results):
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
     servers = gateway_servers()
     assert {n: servers[n]["status"] for n in NODES} == dict.fromkeys(NODES, "UP")
+    # The gate fingerprint passed on both: the same weights in a new directory.
+    first, second = last_fingerprint("fleet-node1"), last_fingerprint("fleet-node2")
+    figures.append(f"  gate fingerprint: fleet-node1 {first['consensus']['summary'][:160]}; "
+                   f"fleet-node2 {second['verdicts']['baseline']['summary'][:120]}")
+    assert first["ok"] and first["consensus"]["status"] == "ok", first["msg"]
+    assert list(first["consensus"]["peers"]) == ["fleet-node2"]  # not changed yet
+    assert first["consensus"]["peers"]["fleet-node2"]["claims"]["model"] == \
+        "/srv/models/demo-gptoss-legacy"  # converge's revision, the same weights
+    assert first["meta"]["revision"] == R2 and not first["baseline_found"]
+    assert second["ok"] and second["baseline_found"], second["msg"]  # fleet-node1's baseline
+    assert second["verdicts"]["baseline"]["ok"] and second["consensus"]["status"] == "skipped"
 
 
 def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, results):
+    figures.append(f"run 2's revision on fleet-node1: {scaled_revision()}")
     before = {n: main_pid(n) for n in NODES}
     run, outcomes, seconds = rollout(ca, "change-bad-node1.yml")
     bad = failed(outcomes)
@@ -329,7 +373,20 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
     record(results, "rollout_gate_fails", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
-    assert "fleet-node1 failed its update or gate" in run.stdout
+    out = " ".join(run.stdout.split())
+    # The gate that failed is fingerprint (verify passed: vLLM serves the scaled revision), and
+    # its verdict names the consensus of fleet-node2, not changed yet.
+    assert "fleet-node1 failed its update or gate at task 'Gate the node on its fingerprint'" \
+        in out, run.stdout[-5000:]
+    assert "consensus: disagrees with fleet-node2" in out
+    verdict = last_fingerprint("fleet-node1")
+    figures.append(f"  gate fingerprint: fleet-node1 {verdict['consensus']['summary'][:200]}")
+    assert not verdict["ok"] and verdict["meta"]["revision"] == SCALED
+    assert verdict["consensus"]["status"] == "failed"
+    assert verdict["consensus"]["peer"] == "fleet-node2"
+    assert not verdict["verdicts"]["consensus"]["ok"]
+    assert verdict["verdicts"]["consensus"]["max_abs"] > 0.001  # float32's tolerance
+    assert not (FINGERPRINTS / f"{verdict['baseline_key']}.json").exists()  # no baseline of it
     assert not bad, [o.error for o in bad[:5]]
     servers = gateway_servers()
     figures.append(f"  at the gateway after run 2: fleet-node1 {servers['fleet-node1']['status']}"
@@ -338,7 +395,9 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
     assert servers["fleet-node1"]["status"] == "MAINT"
     assert servers["fleet-node2"]["status"] == "UP"
     assert main_pid("fleet-node2") == before["fleet-node2"]
-    assert "fleet-node2" not in run.stdout  # the rollout never reached it
+    # The rollout never reached it (it only scored fleet-node1's answers there, a task shown as
+    # "fleet-node1 -> fleet-node2").
+    assert "[fleet-node2]" not in run.stdout
     # The other node serves alone.
     assert openai_client(ca).models.list().data[0].id == MODEL
 
@@ -348,6 +407,7 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     last passed gate saved (run 1's unit), is gated again and put back; the run still fails."""
     good = sh("fleet-node1", "cat /var/lib/instinct-vllm/release/last-good.service")
     assert "--max-model-len 512" in good and "demo-gptoss-legacy-r2" in good
+    assert SCALED not in good
     run, outcomes, seconds = rollout(ca, "change-bad-node1.yml",
                                      "-e", "instinct_vllm_rollback=true")
     bad = failed(outcomes)
@@ -357,9 +417,16 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     assert run.returncode != 0, run.stdout[-3000:]
     assert "Rolled back to its last good release" in run.stdout
     assert not bad, [o.error for o in bad[:5]]
+    assert "fleet-node1 failed its update or gate at task 'Gate the node on its fingerprint'" \
+        in " ".join(run.stdout.split())
     assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
     assert gateway_servers()["fleet-node1"]["status"] == "UP"
-    assert "fleet-node2" not in run.stdout
+    assert "[fleet-node2]" not in run.stdout
+    # Gated again on run 1's revision: the baseline fleet-node1 recorded then, and fleet-node2.
+    verdict = last_fingerprint("fleet-node1")
+    assert verdict["ok"] and verdict["meta"]["revision"] == R2, verdict["msg"]
+    assert verdict["baseline_found"] and verdict["verdicts"]["baseline"]["ok"]
+    assert verdict["consensus"]["status"] == "ok" and verdict["consensus"]["peer"] == "fleet-node2"
 
 
 # ---------------------------------------------------------------------------- benchmark

@@ -16,9 +16,13 @@ from typing import Any
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.classify import classify
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.evidence import (
     Evidence,
+    Item,
     read_archive_members,
 )
 from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.redact import Redactor
+
+#: A node's last fingerprint (role fingerprint_gate's record on the controller), in its folder.
+FINGERPRINT_FILE = "fingerprint.json"
 
 
 class LeakError(Exception):
@@ -77,9 +81,11 @@ def bundle(
     dest: str | Path,
     redact: Redactor,
     gpu_expected: Mapping[str, bool] | None = None,
+    fingerprints: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Classify every node, check every file for the known secrets (again), write ``dest``.
 
+    ``fingerprints``: per host, the text of its last fingerprint record (class outputs_drift).
     Returns ``{archive, verdicts: {host: verdict}, summary}``. Raises LeakError (and writes
     nothing) when a secret is found in any file.
     """
@@ -87,6 +93,8 @@ def bundle(
     for host, archive in node_archives.items():
         nodes = read_archive_members(archive)
         members[host] = next(iter(nodes.values())) if nodes else {}
+        if (fingerprints or {}).get(host):
+            members[host][FINGERPRINT_FILE] = (fingerprints or {})[host]
     verdicts: dict[str, Any] = {}
     sections: list[str] = []
     leaks: list[str] = []
@@ -104,6 +112,8 @@ def bundle(
             }
             continue
         ev = Evidence.from_members(files)
+        if FINGERPRINT_FILE in files:
+            ev.items["fingerprint"] = Item("ok", files[FINGERPRINT_FILE])
         verdict = classify(
             ev, (gpu_expected or {}).get(host, bool(ev.meta.get("gpu_expected", True)))
         )
@@ -134,3 +144,16 @@ def bundle(
 def hosts_in(paths: Sequence[str | Path]) -> dict[str, str]:
     """``<dir>/<host>.tar.gz`` paths -> {host: path}."""
     return {Path(p).name.removesuffix(".tar.gz"): str(p) for p in paths}
+
+
+def fingerprint_records(directory: str | Path | None, hosts: Sequence[str]) -> dict[str, str]:
+    """The text of each host's last fingerprint record in ``<directory>/nodes/<host>.json``
+    (role fingerprint_gate writes them), for the hosts that have one."""
+    if not directory:
+        return {}
+    found = {}
+    for host in hosts:
+        path = Path(directory) / "nodes" / f"{host}.json"
+        if path.is_file():
+            found[host] = path.read_text(encoding="utf-8")
+    return found

@@ -44,11 +44,16 @@ secure_boot_refused        kernel "Lockdown: modprobe: unsigned module loading i
                            "Key was rejected by service" (EKEYREJECTED) and "Required key not
                            available" (ENOKEY) from modprobe; "Loading of module with
                            unavailable key is rejected" (kernel/module signing)
+outputs_drift              the node's last fingerprint (role fingerprint_gate's record on the
+                           controller, ``<baseline dir>/nodes/<host>.json``) with a verdict
+                           failed: its meta against the baseline's meta, or its claims against
+                           the disagreeing peer's (revision, stack, numerics flags, packages)
 =========================  =====================================================================
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -314,6 +319,89 @@ def secure_boot_refused(ev: Evidence) -> Finding | None:
     )
 
 
+def _record(ev: Evidence) -> dict[str, Any]:
+    try:
+        data = json.loads(ev.text("fingerprint") or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _changed(mine: dict[str, Any], theirs: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """What differs between two fingerprints' meta: revision, stack, each numerics flag, each
+    package of the stack (from the unit's claims), the model directory the unit serves."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in ("revision", "stack"):
+        if key in mine and key in theirs and mine[key] != theirs[key]:
+            out[key] = (mine[key], theirs[key])
+    a_claims, b_claims = mine.get("claims") or {}, theirs.get("claims") or {}
+    # flags as the role named them, or, against a peer (its unit's claims only), both units'
+    source = (mine, theirs) if "flags" in theirs else (a_claims, b_claims)
+    a_flags, b_flags = (side.get("flags") for side in source)
+    for name in sorted(set(a_flags or {}) | set(b_flags or {})):
+        if (a_flags or {}).get(name) != (b_flags or {}).get(name):
+            out[f"flag {name}"] = ((a_flags or {}).get(name), (b_flags or {}).get(name))
+    a_pk, b_pk = a_claims.get("packages") or {}, b_claims.get("packages") or {}
+    for name in sorted(set(a_pk) & set(b_pk)):
+        if a_pk[name] != b_pk[name]:
+            out[f"package {name}"] = (a_pk[name], b_pk[name])
+    if "revision" not in out and a_claims.get("model") != b_claims.get("model") and a_claims \
+            and b_claims:
+        out["model directory"] = (a_claims.get("model"), b_claims.get("model"))
+    return out
+
+
+def _drift_fix(changed: dict[str, tuple[Any, Any]], against: str) -> str:
+    undo = ("roll the node back to its last good release (rolling_update.yml -e "
+            "instinct_vllm_rollback=true)")
+    if "revision" in changed or "model directory" in changed:
+        return (f"The node serves another model revision than {against}, and its answers moved "
+                "beyond the tolerance: the checkpoint differs (a bad download or conversion, "
+                f"other weights). Check that revision's files and {undo}; if the new answers are "
+                "intended, record a new baseline (remove the baseline file or set "
+                "instinct_vllm_fingerprint_baseline_key).")
+    if any(k == "stack" or k.startswith("package ") for k in changed):
+        return (f"The stack differs from {against} (vLLM, torch or a kernel library), and it "
+                f"moved the answers beyond the tolerance: {undo}, or, when the new numerics "
+                "are expected, widen instinct_vllm_fingerprint_tolerances or record a new "
+                "baseline for the new stack.")
+    if changed:
+        return (f"A flag that changes the numerics differs from {against}: {undo}, or record a "
+                "baseline for the new flags when the change is intended.")
+    return (f"Same revision, stack and numerics flags as {against}, yet the answers moved: "
+            "suspect the hardware or the files - run playbooks/acceptance.yml (GPU checks), "
+            "check the checkpoint's sha256 against its manifest, and keep the node out of "
+            "rotation meanwhile.")
+
+
+def outputs_drift(ev: Evidence) -> Finding | None:
+    """The node's last fingerprint failed a verdict: name what changed and how to undo it."""
+    record = _record(ev)
+    failing = [n for n, v in (record.get("verdicts") or {}).items() if not v.get("ok", True)]
+    if not failing:
+        return None
+    meta = record.get("meta") or {}
+    consensus = record.get("consensus") or {}
+    if "baseline" in failing or "consensus" not in failing:
+        against, theirs = "the fleet baseline", record.get("baseline_meta") or {}
+    else:
+        peer = consensus.get("peer") or "?"
+        against = f"the unchanged node {peer}"
+        theirs = {"claims": (consensus.get("peers") or {}).get(peer, {}).get("claims") or {}}
+    changed = _changed(meta, theirs)
+    hits = [f"fingerprint of {record.get('time', '?')}: {n}: "
+            f"{(record['verdicts'][n].get('summary') or '')[:300]}" for n in failing]
+    hits += [f"{what}: {a} (this node) vs {b} ({against})" for what, (a, b) in changed.items()]
+    if not changed:
+        hits.append(f"nothing in revision, stack or numerics flags differs from {against}")
+    return Finding(
+        "outputs_drift",
+        f"outputs drift from {against}",
+        _drift_fix(changed, against),
+        hits,
+    )
+
+
 #: Root causes first: a refused module explains a missing driver, which explains no GPU.
 GPU_RULES: tuple[Rule, ...] = (
     secure_boot_refused,
@@ -329,6 +417,7 @@ SOFTWARE_RULES: tuple[Rule, ...] = (
     device_type_unknown,
     runtime_wrong_arch,
     oom,
+    outputs_drift,
 )
 #: The build classes come from the shared table; every other rule is its own class.
 CLASSES: tuple[str, ...] = tuple(

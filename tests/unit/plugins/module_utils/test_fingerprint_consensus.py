@@ -45,7 +45,8 @@ def unit(tmp: Path, port: int, *, name: str = "gptoss-legacy-demo", host: str = 
 
 def test_unit_claims_read_the_running_release(tmp_path: Path) -> None:
     claims = F.read_claims(unit(tmp_path, 8000), NUMERICS)
-    assert claims.served_model_name == "gptoss-legacy-demo" and claims.model == "/srv/models/demo-r1"
+    assert claims.served_model_name == "gptoss-legacy-demo"
+    assert claims.model == "/srv/models/demo-r1"
     assert claims.url == "http://127.0.0.1:8000"  # listens on every address: loopback
     assert claims.flags == {"dtype": "float32", "enforce-eager": True}  # numerics only
     assert claims.packages == {"torch": "2.5.1+cpu", "transformers": "4.47.1",
