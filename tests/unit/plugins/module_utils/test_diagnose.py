@@ -460,3 +460,79 @@ def test_bundle_refuses_a_leak(tmp_path: Path) -> None:
     with pytest.raises(dg.LeakError, match="node-2/"):
         dg.bundle(dg.hosts_in([archive]), dest, dg.Redactor([KEY]))
     assert not dest.exists()
+
+
+# ------------------------------------------ outputs drift (the node's last fingerprint)
+
+
+def fingerprint(name: str, **meta: object) -> str:
+    """A node's last fingerprint record as role fingerprint_gate wrote it (fixtures/diagnose,
+    recorded through the real playbooks against stand-in endpoints), meta changed by `meta`."""
+    record = json.loads(built(name))
+    record["meta"].update(meta)
+    return json.dumps(record)
+
+
+def test_outputs_drift_from_a_peer_names_the_other_revision() -> None:
+    result = verdict(fingerprint=built("fingerprint_record_consensus_failed.json"))
+    assert result["primary"] == "outputs_drift" and result["classes"] == ["outputs_drift"]
+    finding = result["findings"][0]
+    assert finding["title"] == "outputs drift from the unchanged node node-b"
+    assert finding["evidence"][0].startswith("fingerprint of 20")
+    assert ": consensus: disagrees with node-b, node-c (against node-b: 0/32 prompts" in \
+        finding["evidence"][0]
+    assert "model directory: /srv/models/demo-r2 (this node) vs /srv/models/demo-r1 (the " \
+        "unchanged node node-b)" in finding["evidence"]
+    assert "another model revision than the unchanged node node-b" in finding["fix"]
+    assert "instinct_vllm_rollback=true" in finding["fix"]
+
+
+def test_outputs_drift_from_the_baseline_names_revision_and_flag() -> None:
+    result = verdict(fingerprint=built("fingerprint_record_baseline_failed.json"))
+    finding = result["findings"][0]
+    assert finding["cls"] == "outputs_drift"
+    assert finding["title"] == "outputs drift from the fleet baseline"
+    assert "revision: /srv/models/demo-r2 (this node) vs /srv/models/demo-r1 (the fleet " \
+        "baseline)" in finding["evidence"]
+    assert "flag kv-cache-dtype: fp8 (this node) vs None (the fleet baseline)" in finding["evidence"]
+    assert "record a new baseline" in finding["fix"]
+
+
+def test_outputs_drift_with_another_stack_or_nothing_changed() -> None:
+    record = json.loads(built("fingerprint_record_baseline_failed.json"))
+    same = dict(record["baseline_meta"])
+    stack = verdict(fingerprint=fingerprint("fingerprint_record_baseline_failed.json",
+                                            **{**same, "stack": "rocm-6.4.1"}))["findings"][0]
+    assert "stack: rocm-6.4.1 (this node) vs cpu (the fleet baseline)" in stack["evidence"]
+    assert stack["fix"].startswith("The stack differs from the fleet baseline")
+    nothing = verdict(fingerprint=fingerprint("fingerprint_record_baseline_failed.json",
+                                              **same))["findings"][0]
+    assert "nothing in revision, stack or numerics flags differs from the fleet baseline" in \
+        nothing["evidence"]
+    assert nothing["fix"].startswith("Same revision, stack and numerics flags as the fleet "
+                                     "baseline, yet the answers moved: suspect the hardware")
+
+
+def test_a_passing_or_absent_fingerprint_is_no_drift() -> None:
+    record = json.loads(built("fingerprint_record_consensus_failed.json"))
+    for verdict_ in record["verdicts"].values():
+        verdict_["ok"] = True
+    assert verdict(fingerprint=json.dumps(record))["primary"] == "unknown"
+    assert verdict(fingerprint="not json")["primary"] == "unknown"
+    assert verdict()["primary"] == "unknown"
+
+
+def test_bundle_reads_each_nodes_last_fingerprint(tmp_path: Path) -> None:
+    redact = dg.Redactor([KEY, HF])
+    archive = _node_archive(tmp_path, "node-a", redact)
+    records = tmp_path / "fingerprints" / "nodes"
+    records.mkdir(parents=True)
+    (records / "node-a.json").write_text(built("fingerprint_record_consensus_failed.json"))
+    (records / "elsewhere.json").write_text("{}")
+    found = dg.fingerprint_records(tmp_path / "fingerprints", ["node-a", "node-z"])
+    assert list(found) == ["node-a"] and dg.fingerprint_records("", ["node-a"]) == {}
+    result = dg.bundle(dg.hosts_in([archive]), tmp_path / "out" / "d.tar.gz", redact,
+                       fingerprints=found)
+    assert result["verdicts"]["node-a"]["classes"] == ["secure_boot_refused", "outputs_drift"]
+    with tarfile.open(result["archive"]) as tar:
+        assert f"diagnose/node-a/{dg.FINGERPRINT_FILE}" in tar.getnames()
