@@ -23,8 +23,6 @@ SUMMARY_FIELDS = ("ok", "summary", "max_abs", "mean_abs", "agreement", "greedy_m
 def _peer(item: Mapping[str, Any], loop_var: str) -> tuple[str, dict[str, Any]]:
     """(peer, {status, reason, claims, verdict}) of one loop result."""
     name = str(item.get(loop_var) or item.get("item") or "?")
-    if item.get("skipped"):
-        return name, {"status": "skipped", "reason": "not asked", "claims": {}, "verdict": None}
     if item.get("unreachable"):
         return name, {"status": "skipped", "reason": f"unreachable: {item.get('msg', '')}",
                       "claims": {}, "verdict": None}
@@ -46,7 +44,8 @@ def consensus_verdict(results: Sequence[Mapping[str, Any]] | None, skip: str = "
     """One consensus verdict from the peers' results (`skip`: why none was asked)."""
     if skip:
         return _skipped(skip, {})
-    peers = dict(_peer(item, loop_var) for item in results or [])
+    # a skipped item was not asked (past the number of peers wanted, or no probe to score)
+    peers = dict(_peer(item, loop_var) for item in results or [] if not item.get("skipped"))
     judged = {n: p for n, p in peers.items() if p["status"] in ("ok", "failed")}
     if not judged:
         why = "; ".join(f"{n}: {p['reason']}" for n, p in peers.items()) or "no peer asked"

@@ -53,7 +53,8 @@ def test_no_judged_peer_is_skipped_with_each_reason_never_ok_silently() -> None:
     v = fingerprint_consensus([
         _peer("n2", None, "stack differs: torch 2.5.1 vs 2.6.0"),
         {"_fingerprint_gate_peer": "n3", "failed": False, "msg": "POST /v1/completions: refused"},
-        {"_fingerprint_gate_peer": "n4", "unreachable": True, "msg": "ssh: timeout"}])
+        {"_fingerprint_gate_peer": "n4", "unreachable": True, "msg": "ssh: timeout"},
+        {"_fingerprint_gate_peer": "n5", "skipped": True, "changed": False}])  # not asked
     assert v["status"] == "skipped" and v["skipped"] and v["ok"]
     assert v["summary"] == (
         "skipped: no node not changed yet claims the same answers (n2: stack differs: torch "
