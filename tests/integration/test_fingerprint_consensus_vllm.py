@@ -141,7 +141,9 @@ def gate(work: Path, servers: dict[str, Any], label: str) -> tuple[Any, dict[str
     started = time.monotonic()
     run = run_local_playbook(work / "play.yml", {}, inventory=str(inventory), timeout=1800)
     seconds = time.monotonic() - started
-    record = json.loads((work / f"fingerprints-{label}" / "nodes" / "changed.json").read_text())
+    path = work / f"fingerprints-{label}" / "nodes" / "changed.json"
+    assert path.exists(), f"no record: {run.stdout[-6000:]}{run.stderr[-2000:]}"
+    record = json.loads(path.read_text())
     return run, record, seconds
 
 
