@@ -131,7 +131,9 @@ def gate(work: Path, servers: dict[str, Any], label: str) -> tuple[Any, dict[str
               "instinct_vllm_fingerprint_dtype": "float32",
               "instinct_vllm_fingerprint_python": sys.executable,
               "instinct_vllm_fingerprint_baseline_dir": str(work / f"fingerprints-{label}"),
-              "instinct_vllm_fingerprint_references": ["consensus"]}
+              "instinct_vllm_fingerprint_references": ["consensus"],
+              # two niced engines on 2 busy cores: a batch of 8 prompts may take minutes
+              "instinct_vllm_fingerprint_timeout": 900}
     hosts = {name: {"instinct_vllm_fingerprint_base_url": f"http://127.0.0.1:{srv.port}",
                     "instinct_vllm_fingerprint_unit_file": str(srv.unit)}
              for name, srv in (("changed", servers["node"]), ("peer", servers["peer"]))}
