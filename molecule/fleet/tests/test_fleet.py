@@ -12,6 +12,7 @@ from the controller's fingerprint directory the rollouts are given (FINGERPRINTS
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -38,6 +39,10 @@ CONF = "/etc/haproxy/instinct"
 JOURNAL_UNITS = ["haproxy.service", "vllm.service"]
 # Role fingerprint_gate's controller directory for the rollouts: baselines, nodes/<host>.json.
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-fingerprints"
+# The rollout's stop message when the gate fingerprint's last task failed (role rollout).
+FAILED_AT_FINGERPRINT = re.compile(r"fleet-node1 failed its update or gate at task "
+                                   r"'(instinct\.vllm\.fingerprint_gate : )?Gate the node on its "
+                                   r"fingerprint'")
 R2 = "/srv/models/demo-gptoss-legacy-r2"  # run 1's revision (change-good.yml)
 SCALED = "/srv/models/demo-gptoss-legacy-r3-scaled"  # runs 2-3 (change-bad-node1.yml)
 
@@ -376,8 +381,7 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
     out = " ".join(run.stdout.split())
     # The gate that failed is fingerprint (verify passed: vLLM serves the scaled revision), and
     # its verdict names the consensus of fleet-node2, not changed yet.
-    assert "fleet-node1 failed its update or gate at task 'Gate the node on its fingerprint'" \
-        in out, run.stdout[-5000:]
+    assert FAILED_AT_FINGERPRINT.search(out), run.stdout[-5000:]
     assert "consensus: disagrees with fleet-node2" in out
     verdict = last_fingerprint("fleet-node1")
     figures.append(f"  gate fingerprint: fleet-node1 {verdict['consensus']['summary'][:200]}")
@@ -417,8 +421,7 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     assert run.returncode != 0, run.stdout[-3000:]
     assert "Rolled back to its last good release" in run.stdout
     assert not bad, [o.error for o in bad[:5]]
-    assert "fleet-node1 failed its update or gate at task 'Gate the node on its fingerprint'" \
-        in " ".join(run.stdout.split())
+    assert FAILED_AT_FINGERPRINT.search(" ".join(run.stdout.split())), run.stdout[-5000:]
     assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
     assert gateway_servers()["fleet-node1"]["status"] == "UP"
     assert "[fleet-node2]" not in run.stdout
