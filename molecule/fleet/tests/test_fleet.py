@@ -359,7 +359,7 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     # The gate fingerprint passed on both: the same weights in a new directory.
     first, second = last_fingerprint("fleet-node1"), last_fingerprint("fleet-node2")
     figures.append(f"  gate fingerprint: fleet-node1 {first['consensus']['summary'][:160]}; "
-                   f"fleet-node2 {second['verdicts']['baseline']['summary'][:120]}")
+                   f"fleet-node2 {second['msg'][:160]}")
     assert first["ok"] and first["consensus"]["status"] == "ok", first["msg"]
     assert list(first["consensus"]["peers"]) == ["fleet-node2"]  # not changed yet
     assert first["consensus"]["peers"]["fleet-node2"]["claims"]["model"] == \
