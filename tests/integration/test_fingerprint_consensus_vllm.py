@@ -22,18 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_fingerprint_vllm
 import yaml
 from local_play import run_local_playbook
-from test_fingerprint_vllm import (
-    DEMO,
-    SCALED_LAYER,
-    VENV,
-    _build_demo,
-    _env,
-    _record,
-    pytestmark,  # noqa: F401 (the same skips)
-    scale_layer,
-)
+from test_fingerprint_vllm import DEMO, SCALED_LAYER, VENV, _build_demo, _env, _record, scale_layer
+
+pytestmark = test_fingerprint_vllm.pytestmark  # the same skips
 
 PEER_PORT = int(os.environ.get("INSTINCT_CONSENSUS_PORT", "18938"))
 NODE_PORT = PEER_PORT + 1

@@ -76,7 +76,7 @@ def venv_packages(venv: str | Path, names: Sequence[str] = STACK_PACKAGES) -> di
     wanted = {n.lower().replace("-", "_") for n in names}
     found: dict[str, str] = {}
     for info in Path(venv).glob("lib/python3*/site-packages/*.dist-info"):
-        name, _, version = info.name.removesuffix(".dist-info").partition("-")
+        name, _sep, version = info.name.removesuffix(".dist-info").partition("-")
         key = name.lower().replace("-", "_").replace(".", "_")
         if key in wanted:
             found[key] = version
@@ -202,4 +202,3 @@ def probe_claims(data: dict[str, Any]) -> Fingerprint:
     if not isinstance(fp.meta.get("claims"), dict):
         raise ValueError("consensus_of: the probe has no claims (meta.claims) of its node")
     return fp
-

@@ -494,7 +494,8 @@ def test_outputs_drift_from_the_baseline_names_revision_and_flag() -> None:
     assert finding["title"] == "outputs drift from the fleet baseline"
     assert "revision: /srv/models/demo-r2 (this node) vs /srv/models/demo-r1 (the fleet " \
         "baseline)" in finding["evidence"]
-    assert "flag kv-cache-dtype: fp8 (this node) vs None (the fleet baseline)" in finding["evidence"]
+    assert "flag kv-cache-dtype: fp8 (this node) vs None (the fleet baseline)" in \
+        finding["evidence"]
     assert "record a new baseline" in finding["fix"]
 
 
