@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ._fileutil import json_text
-from ._fingerprint.client import Endpoint, record, score
+from ._fingerprint.client import Endpoint, max_model_len, record, score
 from ._fingerprint.compare import (
     DEFAULT_TOLERANCES,
     Tolerance,
@@ -40,7 +40,14 @@ from ._fingerprint.consensus import (
     read_claims,
     unit_claims,
 )
-from ._fingerprint.record import Fingerprint, Prompt, Scored, parse_prompts, prompts_sha256
+from ._fingerprint.record import (
+    Fingerprint,
+    Prompt,
+    Scored,
+    left_out_text,
+    parse_prompts,
+    prompts_sha256,
+)
 from ._fingerprint.reference import check_fits, checkpoint_id, compute
 
 __all__ = [
@@ -79,21 +86,26 @@ def reference_fingerprint(model_path: str, prompts: list[Prompt], max_tokens: in
 
 def endpoint_fingerprint(ep: Endpoint, prompts: list[Prompt], like: Fingerprint | None = None,
                          max_tokens: int = 16, window: int = 32,
-                         meta: dict[str, Any] | None = None) -> Fingerprint:
+                         meta: dict[str, Any] | None = None,
+                         limit: int | None = None) -> Fingerprint:
     """The endpoint's fingerprint on the tokens of `like` (a reference), or, without one, on its
-    own tokenization and greedy continuation."""
+    own tokenization and greedy continuation; prompts longer than `limit` (the server's
+    max_model_len) left out and listed."""
     started = time.monotonic()
     if like is None:
-        scored = record(ep, prompts, max_tokens, window)
+        scored, out = record(ep, prompts, max_tokens, window, limit)
     else:
         if like.prompts_sha256 != prompts_sha256(prompts):
             raise ValueError("the reference was taken with another prompt set: record it again")
-        max_tokens, window = like.max_tokens, like.window
-        scored = score(ep, prompts, like.scored, max_tokens)
+        like = like.within(limit)
+        max_tokens, window, out = like.max_tokens, like.window, like.left_out
+        scored = score(ep, prompts, like.scored, max_tokens) if like.scored else []
+    if not scored:
+        raise ValueError(f"no prompt fits the endpoint: {left_out_text(out)}")
     info = {"base_url": ep.base_url, "seconds": round(time.monotonic() - started, 2),
             **(meta or {})}
     return Fingerprint("endpoint", ep.model, prompts_sha256(prompts), max_tokens, window, scored,
-                       info)
+                       info, out)
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
@@ -150,9 +162,12 @@ def run(ep: Endpoint, prompts: list[Prompt], references: dict[str, Fingerprint],
         tol: Tolerance, max_tokens: int = 16, window: int = 32,
         meta: dict[str, Any] | None = None) -> tuple[Fingerprint, dict[str, Verdict]]:
     """The endpoint's fingerprint and one verdict per named reference. The fingerprint is taken
-    on the first reference's tokens; a reference with other tokens is scored on its own."""
-    refs = list(references.items())
-    fp = endpoint_fingerprint(ep, prompts, refs[0][1] if refs else None, max_tokens, window, meta)
+    on the first reference's tokens; a reference with other tokens is scored on its own. Prompts
+    longer than the server's max_model_len are left out on both sides, and listed."""
+    limit = max_model_len(ep)
+    refs = [(name, ref.within(limit)) for name, ref in references.items()]
+    fp = endpoint_fingerprint(ep, prompts, refs[0][1] if refs else None, max_tokens, window, meta,
+                              limit)
     verdicts: dict[str, Verdict] = {}
     for name, ref in refs:
         got = fp if _same_tokens(fp, ref) else endpoint_fingerprint(ep, prompts, ref, meta=meta)

@@ -168,12 +168,14 @@ EXAMPLES = r"""
 RETURN = r"""
 fingerprint:
   description: The endpoint's fingerprint (source, model, prompts_sha256, max_tokens, window,
-    scored - per prompt the token ids, greedy text, logprobs, top ids, margins -, meta).
+    scored - per prompt the token ids, greedy text, logprobs, top ids, margins -, meta,
+    left_out - the prompts longer than the server's max_model_len, with their token counts).
   type: dict
   returned: success
 verdicts:
   description: Per reference (C(transformers), C(baseline)) - ok, summary, max_abs, mean_abs,
-    agreement, greedy_mismatches, tolerance, prompts (per prompt the same and its problems).
+    agreement, greedy_mismatches, tolerance, prompts (per prompt the same and its problems),
+    left_out (the prompts left out on both sides: longer than the server's max_model_len).
   type: dict
   returned: success
 ok:

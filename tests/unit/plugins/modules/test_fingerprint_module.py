@@ -71,6 +71,29 @@ def test_a_shifted_endpoint_fails_the_baseline(served, capsys):
     assert loose["ok"]
 
 
+def test_prompts_longer_than_the_servers_context_are_left_out_on_both_sides(capsys):
+    """The stand-in refuses (HTTP 400) what does not fit its max_model_len, as vLLM does."""
+    with stand_in() as (wide, _wide), stand_in(max_model_len=50) as (narrow, _narrow):
+        fp = run(capsys, narrow)["fingerprint"]
+        kept, gone = {s["id"] for s in fp["scored"]}, {x["id"] for x in fp["left_out"]}
+        assert kept and gone and not kept & gone and kept | gone == {p["id"] for p in PROMPTS}
+        assert all(x["tokens"] > 50 and x["max_model_len"] == 50 for x in fp["left_out"])
+        baseline = run(capsys, wide)["fingerprint"]
+        assert len(baseline["scored"]) == len(PROMPTS) and baseline["left_out"] == []
+        judged = run(capsys, narrow, baseline=baseline)
+    assert judged["ok"], judged["msg"]
+    assert {x["id"] for x in judged["verdicts"]["baseline"]["left_out"]} == gone
+    said = f"{len(gone)} prompts left out, longer than the server's max_model_len 50"
+    assert said in judged["msg"]
+
+
+def test_an_endpoint_no_prompt_fits_fails_with_the_reason(capsys):
+    with stand_in(max_model_len=20) as (url, handler):
+        result = run(capsys, url)
+    assert result["failed"] and "no prompt fits the endpoint" in result["msg"]
+    assert [p for p, _b in handler.seen if p != "/tokenize"] == []
+
+
 def test_refused_reference_and_unknown_dtype_fail_with_the_reason(endpoint, capsys, tmp_path):
     result = run(capsys, endpoint, dtype="fp8")
     assert result["failed"] and "no tolerance" in result["msg"]
