@@ -9,8 +9,9 @@ Usage::
 
 A host's address is its hostvar ``monitoring_scrape_address``, else ``ansible_host``, else its
 inventory name; IPv6 addresses get brackets. The port is the hostvar named by ``port_var`` (a
-dotted path reads into a fact: ``vllm_service_resolved.port``), else ``default_port``. One static_config per host, labelled ``node=<inventory name>`` so
-dashboards and alerts name hosts as the inventory does.
+dotted path reads into a fact: ``vllm_service_resolved.port``), else ``default_port``. One
+static_config per host, labelled ``node=<inventory name>`` so dashboards and alerts name hosts
+as the inventory does.
 """
 
 from __future__ import annotations

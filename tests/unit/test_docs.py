@@ -146,8 +146,8 @@ def test_link_and_section_patterns(tmp_path: Path) -> None:
 
 
 # A measured figure outside docs/benchmarks.md: a line that says "measured" and then gives a
-# time, a share or a rate, or a table with a "measured" column. Design figures (a budget, a target, a
-# timeout) are not measurements and stay where they are explained.
+# time, a share or a rate, or a table with a "measured" column. Design figures (a budget, a
+# target, a timeout) are not measurements and stay where they are explained.
 MEASURED = re.compile(r"\bmeasured\b", re.IGNORECASE)
 FIGURE = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|min|minutes|%|GB/s|tok/s|tokens/s)(?![\w/])")
 

@@ -8,8 +8,9 @@ roles'): on each node, role vllm_service's publish.yml (the serving facts role m
 main.yml publishes); on each gateway, role gateway's haproxy.cfg; on the Prometheus host, role
 monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host of its
 group, at its address, on the port that host's role listens on: vLLM at its published port
-(vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics frontend (served by
-use-service prometheus-exporter); and every host of those groups must be scraped.
+(vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
+frontend (served by use-service prometheus-exporter); and every host of those groups must be
+scraped. The unit alerts select every node's published unit.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def test_a_string_is_not_a_host_list() -> None:
 
 
 def test_a_dotted_port_var_reads_into_a_fact() -> None:
-    hostvars = {"n1": {"vllm_service_resolved": {"port": 9001}}, "n2": {"vllm_service_resolved": {}},
+    hostvars = {"n1": {"vllm_service_resolved": {"port": 9001}},
+                "n2": {"vllm_service_resolved": {}},
                 "n3": {"vllm_service_resolved": "not a dict"}}
     assert scrape_targets(["n1"], hostvars, "vllm_service_resolved.port") == [
         {"targets": ["n1:9001"], "labels": {"node": "n1"}}]
