@@ -52,7 +52,7 @@ lint: venv collections ## yamllint, ansible-lint (production), ruff, antsibull-d
 sanity: venv collections ## ansible-test sanity
 	STAGES="sanity" scripts/test
 
-pythons: venv collections ## opt-in: ansible-test sanity on each Python the stacks name (scripts/pythons)
+pythons: venv collections ## opt-in: ansible-test sanity and the unit tests on each Python the stacks name (scripts/pythons)
 	scripts/pythons
 
 unit: venv collections ## pytest unit tests

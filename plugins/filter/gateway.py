@@ -11,10 +11,10 @@ Usage::
              'max_concurrency': 8 | None}, ...]
 
 gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name),
-``vllm_service_port`` (else 8000) and the port of its watchdog's agent-check answer
-(``vllm_service_resolved.status_port`` when role vllm_service published it in this run, else
-``vllm_service_status_port``, else 8001, the role's default; 0 = none); the HAProxy server is
-named after the inventory host.
+and the ports role vllm_service publishes for it (``vllm_service_resolved``): vLLM's ``port``
+and ``status_port``, where its watchdog answers the agent check (0 = none); a host without
+that fact is an error saying how to publish it. The HAProxy server is named after the
+inventory host.
 gateway_key_hashes: ``key_sha256`` as given (lower case) or the SHA-256 of ``key``; the clear key
 does not appear in the result. ``max_concurrency``, when set, must be a positive integer.
 """
@@ -43,27 +43,31 @@ def gateway_nodes(hosts: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any
                 f"instinct.vllm.gateway_nodes: host {name!r} is not a valid HAProxy server name"
             )
         hv = hostvars[name]
+        resolved = hv.get("vllm_service_resolved")
+        if not isinstance(resolved, Mapping):
+            raise AnsibleFilterError(
+                f"instinct.vllm.gateway_nodes: host {name!r} has no vllm_service_resolved: publish "
+                "the node's serving facts first (role instinct.vllm.vllm_service_facts on the "
+                "nodes, as playbooks/gateway.yml does)"
+            )
         address = hv.get("gateway_node_address") or hv.get("ansible_host") or name
         nodes.append({"name": name, "address": str(address),
-                      "port": int(hv.get("vllm_service_port") or 8000),
-                      "agent_port": _agent_port(name, hv)})
+                      "port": _port(name, resolved, "port", 1),
+                      "agent_port": _port(name, resolved, "status_port", 0)})
     return nodes
 
 
-def _agent_port(name: str, hv: Mapping[str, Any]) -> int:
-    """The node's watchdog status port: the published fact, else the variable, else 8001."""
-    resolved = hv.get("vllm_service_resolved")
-    value = resolved.get("status_port") if isinstance(resolved, Mapping) else None
-    if value is None:
-        value = hv.get("vllm_service_status_port", 8001)
+def _port(name: str, resolved: Mapping[str, Any], key: str, lowest: int) -> int:
+    """vllm_service_resolved[key] as a port (``lowest``: 0 when 0 means none)."""
+    value = resolved.get(key)
     try:
-        port = int(value)
+        port = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         port = -1
-    if isinstance(value, bool) or not 0 <= port <= 65535:
+    if isinstance(value, bool) or not lowest <= port <= 65535:
         raise AnsibleFilterError(
-            f"instinct.vllm.gateway_nodes: host {name!r}: vllm_service_status_port must be 0 "
-            f"or a port 1-65535 (is {value!r})"
+            f"instinct.vllm.gateway_nodes: host {name!r}: vllm_service_resolved.{key} must be "
+            f"{'0 or ' if lowest == 0 else ''}a port 1-65535 (is {value!r})"
         )
     return port
 

@@ -4,13 +4,14 @@
 
 Usage::
 
-    groups['vllm_nodes'] | instinct.vllm.scrape_targets(hostvars, 'vllm_service_port', 8000)
+    groups['vllm_nodes'] | instinct.vllm.scrape_targets(hostvars, 'vllm_service_resolved.port')
         -> [{'targets': ['10.20.0.11:8000'], 'labels': {'node': 'mi300x-01'}}, ...]
 
 A host's address is its hostvar ``monitoring_scrape_address``, else ``ansible_host``, else its
-inventory name; IPv6 addresses get brackets. The port is the hostvar named by ``port_var``,
-else ``default_port``. One static_config per host, labelled ``node=<inventory name>`` so
-dashboards and alerts name hosts as the inventory does.
+inventory name; IPv6 addresses get brackets. The port is the hostvar named by ``port_var`` (a
+dotted path reads into a fact: ``vllm_service_resolved.port``), else ``default_port``. One
+static_config per host, labelled ``node=<inventory name>`` so dashboards and alerts name hosts
+as the inventory does.
 """
 
 from __future__ import annotations
@@ -40,8 +41,18 @@ def _address(host: str, hvars: Mapping[str, Any]) -> str:
     return text
 
 
+def _lookup(hvars: Mapping[str, Any], path: str, default: Any) -> Any:
+    """hvars[a][b]... for the dotted ``path`` a.b..., else ``default``."""
+    value: Any = hvars
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
 def _port(host: str, hvars: Mapping[str, Any], port_var: str, default_port: Any) -> int:
-    raw = hvars.get(port_var, default_port) if port_var else default_port
+    raw = _lookup(hvars, port_var, default_port) if port_var else default_port
     try:
         port = int(raw)
     except (TypeError, ValueError):

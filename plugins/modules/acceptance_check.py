@@ -58,9 +58,11 @@ options:
     type: str
     default: ""
   python:
-    description: The venv interpreter that has torch, vLLM and the amdsmi binding.
+    description: >-
+      The venv interpreter that has torch, vLLM and the amdsmi binding (role acceptance passes
+      role vllm_service's published C(vllm_service_resolved.python)).
     type: path
-    default: /opt/vllm/venv/bin/python
+    required: true
   environment:
     description:
       - Environment of the probes and of a temporary server (the service's). Values of
@@ -173,9 +175,9 @@ options:
   service:
     description:
       - The systemd service name (without .service). C(vllm_platform) reads the attention
-        variables of its unit, C(serve) its state.
+        variables of its unit, C(serve) its state. Required by those two checks (role
+        acceptance passes the published C(vllm_service_resolved.name)).
     type: str
-    default: vllm
   activating_timeout:
     description:
       - Seconds to wait at most for an activating unit (its model loading) to become active;
@@ -189,9 +191,10 @@ options:
     type: float
     default: 5
   base_url:
-    description: The service's URL as seen from the node.
+    description: >-
+      The service's URL as seen from the node. Required by C(serve) (role acceptance passes
+      the published C(vllm_service_resolved.url)).
     type: str
-    default: http://127.0.0.1:8000
   api_key:
     description: The service's API key (never logged, never in argv or the result).
     type: str
@@ -237,7 +240,7 @@ EXAMPLES = r"""
   instinct.vllm.acceptance_check:
     check: gpu_matmul
     device: rocm
-    python: /opt/vllm/venv/bin/python
+    python: "{{ vllm_service_resolved.python }}"
   register: matmul
 """
 
@@ -299,7 +302,7 @@ def main() -> None:
             "check": {"type": "str", "required": True, "choices": list(CHECKS)},
             "device": {"type": "str", "required": True, "choices": ["rocm", "cpu"]},
             "stack": {"type": "str", "default": ""},
-            "python": {"type": "path", "default": "/opt/vllm/venv/bin/python"},
+            "python": {"type": "path", "required": True},
             "environment": {"type": "dict", "default": {}},
             "expected_gpus": {"type": "int", "default": 0},
             "matmul_size": {"type": "int", "default": 1024},
@@ -330,8 +333,8 @@ def main() -> None:
                 "default": "auto",
                 "choices": ["auto", "service", "temporary"],
             },
-            "service": {"type": "str", "default": "vllm"},
-            "base_url": {"type": "str", "default": "http://127.0.0.1:8000"},
+            "service": {"type": "str"},
+            "base_url": {"type": "str"},
             "api_key": {"type": "str", "default": "", "no_log": True},
             "model": {"type": "str", "default": ""},
             "prompt": {"type": "str", "default": "The capital of France is"},
@@ -342,6 +345,10 @@ def main() -> None:
             "activating_timeout": {"type": "float", "default": 3600.0},
             "poll_interval": {"type": "float", "default": 5.0},
         },
+        required_if=[
+            ("check", "serve", ["service", "base_url"]),
+            ("check", "vllm_platform", ["service"]),
+        ],
         supports_check_mode=True,
     )
     p = module.params

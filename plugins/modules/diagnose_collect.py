@@ -45,21 +45,29 @@ options:
     elements: str
     default: []
   venv:
-    description: The vLLM virtualenv.
+    description: >-
+      The vLLM virtualenv (role diagnose passes role vllm_service's published
+      C(vllm_service_resolved.venv)).
     type: path
-    default: /opt/vllm/venv
+    required: true
   unit:
-    description: The vLLM systemd unit.
+    description: >-
+      The vLLM systemd unit (role diagnose passes role vllm_service's published
+      C(vllm_service_resolved.unit)).
     type: str
-    default: vllm.service
+    required: true
   user:
-    description: The service user whose groups are read.
+    description: >-
+      The service user whose groups are read (role diagnose passes role vllm_service's published
+      C(vllm_service_resolved.user)).
     type: str
-    default: vllm
+    required: true
   env_file:
-    description: The service's env file (read for its secrets; stored redacted).
+    description: >-
+      The service's env file, read for its secrets and stored redacted (role diagnose passes
+      role vllm_service's published C(vllm_service_resolved.env_file)).
     type: path
-    default: /etc/vllm/vllm.env
+    required: true
   stamp:
     description: The build stamp role vllm writes; empty is C(<venv>/instinct-vllm-source.json).
     type: str
@@ -126,6 +134,10 @@ EXAMPLES = r"""
     dest: /var/tmp/instinct-diagnose
     name: "{{ inventory_hostname }}"
     secrets: ["{{ vllm_service_api_key }}"]
+    venv: "{{ vllm_service_resolved.venv }}"
+    unit: "{{ vllm_service_resolved.unit }}"
+    user: "{{ vllm_service_resolved.user }}"
+    env_file: "{{ vllm_service_resolved.env_file }}"
   no_log: false
   register: collected
 """
@@ -187,10 +199,10 @@ def main() -> None:
             "dest": {"type": "path", "required": True},
             "name": {"type": "str", "required": True},
             "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
-            "venv": {"type": "path", "default": "/opt/vllm/venv"},
-            "unit": {"type": "str", "default": "vllm.service"},
-            "user": {"type": "str", "default": "vllm"},
-            "env_file": {"type": "path", "default": "/etc/vllm/vllm.env"},
+            "venv": {"type": "path", "required": True},
+            "unit": {"type": "str", "required": True},
+            "user": {"type": "str", "required": True},
+            "env_file": {"type": "path", "required": True},
             "stamp": {"type": "str", "default": ""},
             "source_work_dir": {"type": "path", "default": "/var/lib/instinct-vllm/source"},
             "build_log": {"type": "str", "default": ""},

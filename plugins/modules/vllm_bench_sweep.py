@@ -24,9 +24,11 @@ description:
   - The API key goes to the benchmark as OPENAI_API_KEY in its environment, never in argv.
 options:
   venv:
-    description: The vLLM virtualenv on the node.
+    description: >-
+      The vLLM virtualenv on the node (role benchmark passes role vllm_service's published
+      C(vllm_service_resolved.venv)).
     type: path
-    default: /opt/vllm/venv
+    required: true
   entry_point:
     description: C(auto) picks C(cli) for vLLM 0.10 and later, else C(legacy).
     type: str
@@ -127,7 +129,7 @@ EXAMPLES = r"""
 - name: Which entry point the installed vLLM has (cli or legacy)
   instinct.vllm.vllm_bench_sweep:
     plan: true
-    venv: /opt/vllm/venv
+    venv: "{{ vllm_service_resolved.venv }}"
   register: bench_plan
 
 - name: Benchmark the node's own endpoint
@@ -209,7 +211,7 @@ def _needs_shim(venv: str) -> bool:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "venv": {"type": "path", "default": "/opt/vllm/venv"},
+            "venv": {"type": "path", "required": True},
             "entry_point": {"type": "str", "default": "auto", "choices": ["auto", "cli", "legacy"]},
             "vllm_version": {"type": "str", "default": ""},
             "plan": {"type": "bool", "default": False},

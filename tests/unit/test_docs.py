@@ -143,3 +143,37 @@ def test_link_and_section_patterns(tmp_path: Path) -> None:
                    '[a.md](a.md), "Hardening", (a.md, "Gone")\n```\n[c](code.md)\n```\n')
     assert broken_links(doc) == ["nope.md"]
     assert missing_sections(doc) == ["a.md, 'Gone'"]
+
+
+# A measured figure outside docs/benchmarks.md: a line that says "measured" and then gives a
+# time, a share or a rate, or a table with a "measured" column. Design figures (a budget, a
+# target, a timeout) are not measurements and stay where they are explained.
+MEASURED = re.compile(r"\bmeasured\b", re.IGNORECASE)
+FIGURE = re.compile(r"\d+(?:\.\d+)?\s?(?:s|ms|min|minutes|%|GB/s|tok/s|tokens/s)(?![\w/])")
+
+
+def measured_lines(text: str) -> list[str]:
+    lines = text.splitlines()
+    hits = []
+    for n, line in enumerate(lines, 1):
+        header = line.startswith("|") and n < len(lines) and lines[n].startswith("| ---")
+        found = MEASURED.search(line)
+        if found and (FIGURE.search(line, found.end()) or header):
+            hits.append(f"{n}: {line.strip()}")
+    return hits
+
+
+@pytest.mark.parametrize("path", [p for p in doc_files() if p.name != "benchmarks.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_measured_figures_only_in_benchmarks(path: Path) -> None:
+    hits = measured_lines(path.read_text())
+    assert not hits, (f"{path.relative_to(ROOT)} gives measured figures (they belong in "
+                      "docs/benchmarks.md, with machine, date and command):\n" + "\n".join(hits))
+
+
+def test_measured_pattern() -> None:
+    assert measured_lines("Measured on 2 CPUs: 3446 s.")
+    assert measured_lines("| scenario | measured |\n| --- | --- |\n| a | 1 |")
+    assert not measured_lines("Measured figures: [benchmarks.md](benchmarks.md).")
+    assert not measured_lines("at most one interval (1 s). Measured on loopback:")
+    assert not measured_lines("| scenario | budget |\n| --- | --- |\n| a | 120 s |")

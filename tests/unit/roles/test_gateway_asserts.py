@@ -57,3 +57,40 @@ def test_no_clear_key_in_the_verbose_output(tmp_path: Path, names: list[str]) ->
         assert "gateway_api_keys[1] needs a name of [A-Za-z0-9_.-]" in out and "'bad name'" in out
     else:
         assert rc == 0, out[-3000:]
+
+
+# Ansible's own check of the role's argument spec (what runs before the role's first task), for
+# gateway_api_keys alone: each entry's fields and their types are the spec's, not a task's.
+SPEC_PLAYBOOK = """\
+- hosts: localhost
+  gather_facts: false
+  connection: local
+  tasks:
+    - ansible.builtin.validate_argument_spec:
+        argument_spec:
+          gateway_api_keys: "{{ (lookup('file', role ~ '/meta/argument_specs.yml') | from_yaml)
+                                .argument_specs.main.options.gateway_api_keys }}"
+        provided_arguments:
+          gateway_api_keys: "{{ gateway_api_keys }}"
+"""
+
+
+@pytest.mark.parametrize(("entry", "error"), [
+    ({"name": "client", "key": CLEAR_KEYS[0], "rate_limit": 10, "max_concurrency": 2}, None),
+    ({"key": CLEAR_KEYS[0]}, "missing required arguments: name"),
+    ({"name": "client", "key": CLEAR_KEYS[0], "max_concurency": 2},
+     "gateway_api_keys.max_concurency. Supported parameters include"),
+    ({"name": "client", "key_sha256": "ab" * 32, "rate_limit": "many"}, "rate_limit"),
+])
+def test_the_spec_checks_each_key_entry(tmp_path: Path, entry: dict[str, Any],
+                                        error: str | None) -> None:
+    play = tmp_path / "play.yml"
+    play.write_text(SPEC_PLAYBOOK)
+    run = run_local_playbook(play, {"role": str(ROLE), "gateway_api_keys": [entry],
+                                    "ansible_python_interpreter": sys.executable})
+    out = run.stdout + run.stderr
+    if error is None:
+        assert run.returncode == 0, out[-3000:]
+    else:
+        assert run.returncode != 0 and error in out, out[-3000:]
+    assert CLEAR_KEYS[0] not in out

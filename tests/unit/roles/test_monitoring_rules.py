@@ -33,7 +33,9 @@ pytestmark = pytest.mark.skipif(
 def defaults(**over: object) -> dict:
     values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     values |= yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    values.update(ansible_managed="Ansible managed", monitoring_vllm_api_key="")
+    # what targets.yml reads from nodes that publish the default unit name
+    values.update(ansible_managed="Ansible managed", monitoring_vllm_api_key="",
+                  _monitoring_vllm_unit_regex="vllm[.]service")
     values.update(over)
     return values
 

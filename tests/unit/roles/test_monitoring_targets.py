@@ -1,13 +1,16 @@
 """Role monitoring's prometheus.yml for the fleet scenario's inventory: every target exists.
 
 The fleet inventory (molecule/fleet/molecule.yml: its hosts, groups, group_vars and host_vars)
-plus one Prometheus host in group monitoring. Real ansible-playbook on localhost, through two
-thin test roles that carry the real roles' defaults and vars (so the inventory overrides them
-as it would the real roles'): on each gateway, role gateway's haproxy.cfg; on the Prometheus
-host, role monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host
-of its group, at its address, on the port that host's role listens on: vLLM at
-vllm_service_port, HAProxy's exporter at the bind of haproxy.cfg's metrics frontend (served by
-use-service prometheus-exporter); and every host of those groups must be scraped.
+plus one Prometheus host in group monitoring, one node moving vLLM's port with
+vllm_service_flags_extra. Real ansible-playbook on localhost, through thin test roles that
+carry the real roles' defaults and vars (so the inventory overrides them as it would the real
+roles'): on each node, role vllm_service's publish.yml (the serving facts role monitoring's
+main.yml publishes); on each gateway, role gateway's haproxy.cfg; on the Prometheus host, role
+monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host of its
+group, at its address, on the port that host's role listens on: vLLM at its published port
+(vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
+frontend (served by use-service prometheus-exporter); and every host of those groups must be
+scraped. The unit alerts select every node's published unit.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from local_play import run_local_playbook
 ROOT = Path(__file__).resolve().parents[3]
 FLEET = ROOT / "molecule" / "fleet" / "molecule.yml"
 MONITOR = "fleet-mon"
+EXTRA_PORT = 9123  # the second node's vLLM port, set only in vllm_service_flags_extra
+EXTRA_UNIT = "vllm-b.service"  # and its unit (vllm_service_name)
 THIN_ROLES = {
+    "vllm_service_publish": ("vllm_service", """
+- ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
+"""),
     "gateway_render": ("gateway", """
 - ansible.builtin.set_fact:
     _gateway_backends: [{name: node, address: 127.0.0.1, port: 8000}]
@@ -40,9 +48,16 @@ THIN_ROLES = {
     src: @ROOT@/roles/monitoring/templates/prometheus.yml.j2
     dest: "@OUT@/prometheus.yml"
     mode: "0600"
+- ansible.builtin.template:
+    src: @ROOT@/roles/monitoring/templates/vllm-alerts.yml.j2
+    dest: "@OUT@/vllm-alerts.yml"
+    mode: "0600"
 """),
 }
 PLAYBOOK = """
+- hosts: vllm_nodes
+  gather_facts: false
+  roles: [{roles}/vllm_service_publish]
 - hosts: gateways
   gather_facts: false
   roles: [{roles}/gateway_render]
@@ -68,6 +83,9 @@ def fleet_inventory() -> dict[str, Any]:
         for group in platform["groups"]:
             groups.setdefault(group, {"hosts": {}})["hosts"][platform["name"]] = host
     groups["monitoring"] = {"hosts": {MONITOR: dict(local)}}
+    second = sorted(groups["vllm_nodes"]["hosts"])[1]
+    groups["vllm_nodes"]["hosts"][second]["vllm_service_flags_extra"] = f"--port={EXTRA_PORT}"
+    groups["vllm_nodes"]["hosts"][second]["vllm_service_name"] = EXTRA_UNIT.removesuffix(".service")
     all_vars = groups.pop("all", {}).get("vars", {})
     return {"all": {"vars": all_vars, "children": groups}}
 
@@ -156,6 +174,9 @@ def test_every_node_is_scraped_where_vllm_listens(rendered) -> None:
     for host, target in targets(out, "vllm").items():
         address, _colon, port = target.rpartition(":")
         assert address == (hostvar(inventory, host, "vllm_nodes", "ansible_host") or host)
+        if "vllm_service_flags_extra" in hosts_of(inventory, "vllm_nodes")[host]:
+            assert int(port) == EXTRA_PORT, host
+            continue
         expected = hostvar(inventory, host, "vllm_nodes", "vllm_service_port")
         assert int(port) == int(expected or role_default("vllm_service", "vllm_service_port"))
 
@@ -164,3 +185,19 @@ def test_monitoring_falls_back_to_the_gateway_roles_metrics_port() -> None:
     """A gateway without a gateway_metrics_port hostvar is scraped at role gateway's default."""
     assert role_default("monitoring", "monitoring_gateway_port") == role_default(
         "gateway", "gateway_metrics_port")
+
+
+def test_the_unit_alerts_watch_every_nodes_unit(rendered) -> None:
+    """VllmServiceNotActive and VllmServiceRestarted select each node's published unit name."""
+    inventory, out = rendered
+    units = {hostvar(inventory, host, "vllm_nodes", "vllm_service_name") or "vllm"
+             for host in hosts_of(inventory, "vllm_nodes")}
+    assert EXTRA_UNIT.removesuffix(".service") in units and len(units) == 2
+    rules = yaml.safe_load((out / "vllm-alerts.yml").read_text())
+    alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    for name in ("VllmServiceNotActive", "VllmServiceRestarted"):
+        selector = re.search(r'name=~"([^"]+)"', alerts[name])
+        assert selector, alerts[name]
+        for unit in units:
+            assert re.fullmatch(selector.group(1), f"{unit}.service"), (name, unit)
+        assert not re.fullmatch(selector.group(1), "other.service")

@@ -12,33 +12,53 @@ from ansible_collections.instinct.vllm.plugins.filter.gateway import (
 )
 
 
+def facts(port: object = 8000, status_port: object = 8001) -> dict:
+    return {"vllm_service_resolved": {"port": port, "status_port": status_port}}
+
+
 def test_nodes_use_address_then_ansible_host_then_name() -> None:
     hv = {
         "n1": {"gateway_node_address": "10.0.0.1", "ansible_host": "n1.example",
-               "vllm_service_port": 8001},
-        "n2": {"ansible_host": "n2.example"},
-        "n3": {},
+               "vllm_service_port": 7000, **facts(9000)},
+        "n2": {"ansible_host": "n2.example", **facts()},
+        "n3": facts(),
     }
     assert gateway_nodes(["n1", "n2", "n3"], hv) == [
-        {"name": "n1", "address": "10.0.0.1", "port": 8001, "agent_port": 8001},
+        {"name": "n1", "address": "10.0.0.1", "port": 9000, "agent_port": 8001},
         {"name": "n2", "address": "n2.example", "port": 8000, "agent_port": 8001},
         {"name": "n3", "address": "n3", "port": 8000, "agent_port": 8001},
     ]
 
 
-def test_nodes_agent_port_from_the_published_fact_then_the_variable() -> None:
+def test_nodes_ports_are_the_published_ones() -> None:
+    """The variables are not read: the fact counts vllm_service_flags_extra's port."""
     hv = {
-        "n1": {"vllm_service_resolved": {"status_port": 9001}, "vllm_service_status_port": 9002},
-        "n2": {"vllm_service_status_port": "9002"},
-        "n3": {"vllm_service_status_port": 0},  # no status port: no agent check
+        "n1": {**facts(9123, 9001), "vllm_service_port": 8000, "vllm_service_status_port": 9002},
+        "n2": facts(8000, "9002"),
+        "n3": facts(8000, 0),  # no status port: no agent check
     }
-    assert [n["agent_port"] for n in gateway_nodes(["n1", "n2", "n3"], hv)] == [9001, 9002, 0]
+    assert [(n["port"], n["agent_port"]) for n in gateway_nodes(["n1", "n2", "n3"], hv)] == [
+        (9123, 9001), (8000, 9002), (8000, 0)]
 
 
-@pytest.mark.parametrize("bad", [-1, 70000, "http", True])
+def test_a_node_without_the_published_facts_is_an_error() -> None:
+    with pytest.raises(AnsibleFilterError, match="host 'n1' has no vllm_service_resolved: "
+                       "publish the node's serving facts first"):
+        gateway_nodes(["n1"], {"n1": {"vllm_service_port": 8000}})
+
+
+@pytest.mark.parametrize("bad", [-1, 70000, "x", True, None])
 def test_nodes_refuse_a_bad_status_port(bad: object) -> None:
-    with pytest.raises(AnsibleFilterError, match="host 'n1': vllm_service_status_port must be"):
-        gateway_nodes(["n1"], {"n1": {"vllm_service_status_port": bad}})
+    with pytest.raises(AnsibleFilterError,
+                       match=r"host 'n1': vllm_service_resolved\.status_port must be 0 or"):
+        gateway_nodes(["n1"], {"n1": facts(8000, bad)})
+
+
+@pytest.mark.parametrize("bad", [0, 70000, "x"])
+def test_nodes_refuse_a_bad_port(bad: object) -> None:
+    with pytest.raises(AnsibleFilterError,
+                       match=r"host 'n1': vllm_service_resolved\.port must be a"):
+        gateway_nodes(["n1"], {"n1": facts(bad)})
 
 
 @pytest.mark.parametrize("bad", ["node 1", "n/1", "n#1"])

@@ -47,3 +47,14 @@ def test_bad_port_names_host_and_variable() -> None:
 def test_a_string_is_not_a_host_list() -> None:
     with pytest.raises(AnsibleFilterError, match="list of host names"):
         scrape_targets("a", HOSTVARS, "", 1)
+
+
+def test_a_dotted_port_var_reads_into_a_fact() -> None:
+    hostvars = {"n1": {"vllm_service_resolved": {"port": 9001}},
+                "n2": {"vllm_service_resolved": {}},
+                "n3": {"vllm_service_resolved": "not a dict"}}
+    assert scrape_targets(["n1"], hostvars, "vllm_service_resolved.port") == [
+        {"targets": ["n1:9001"], "labels": {"node": "n1"}}]
+    for host in ("n2", "n3", "ghost"):  # no such fact: no port, and the error names the path
+        with pytest.raises(AnsibleFilterError, match=rf"host {host}: vllm_service_resolved\.port"):
+            scrape_targets([host], hostvars, "vllm_service_resolved.port")

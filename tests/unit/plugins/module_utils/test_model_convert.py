@@ -9,14 +9,17 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import ckpt_factory as cf
 import pytest
-import torch
-from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import convert as mc
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import shard as mcs
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import writers as mcw
-from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (
+
+# torch has no wheel for every Python the stacks name here (docs/development.md, make pythons)
+torch = pytest.importorskip("torch", reason="needs torch, which is not installed for this Python")
+
+import ckpt_factory as cf  # noqa: E402 (ckpt_factory imports torch)
+from ansible_collections.instinct.vllm.plugins.module_utils._fileutil import sha256_file  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import convert as mc  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import shard as mcs  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert import writers as mcw  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._model_convert.convert import (  # noqa: E402
     MANIFEST,
     ConvertError,
     ConvertOptions,

@@ -119,6 +119,8 @@ def run_serve(capsys: pytest.CaptureFixture[str], base_url: str, **args: object)
     params = {
         "check": "serve",
         "device": "cpu",
+        "python": sys.executable,
+        "service": "vllm",
         "base_url": base_url,
         "api_key": KEY,
         "model_path": "/srv/models/demo",
@@ -190,3 +192,19 @@ def test_without_systemctl_the_check_errors_instead_of_guessing(
     assert result["status"] == "error"
     assert result["reason"].startswith("systemctl show vllm.service exited 127: systemctl: ")
     assert temporary == []
+
+
+@pytest.mark.parametrize(("params", "missing"), [
+    ({"check": "firmware"}, "python"),
+    ({"check": "serve", "python": "/x/bin/python"}, "service, base_url"),
+    ({"check": "vllm_platform", "python": "/x/bin/python"}, "service"),
+])
+def test_the_service_facts_are_arguments_not_defaults(capsys, params, missing) -> None:
+    """The interpreter, the unit and the URL are role vllm_service's published facts, which role
+    acceptance passes: the module restates none of them as a default."""
+    with patch_module_args({"device": "cpu", **params}), pytest.raises(SystemExit):
+        acceptance_check.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"], out
+    assert out["msg"].endswith(f"missing: {missing}") or out["msg"] == (
+        f"missing required arguments: {missing}"), out["msg"]

@@ -37,7 +37,7 @@ def replay(bin_dir: Path, name: str, fixture: Path) -> Path:
 
 
 def run_check(capsys: pytest.CaptureFixture[str], **args: object) -> dict:
-    params = {"device": "rocm", "stack": "rocm-6.2.1", **args}
+    params = {"device": "rocm", "stack": "rocm-6.2.1", "python": sys.executable, **args}
     with patch_module_args(params), pytest.raises(SystemExit):
         acceptance_check.main()
     return json.loads(capsys.readouterr().out)["result"]

@@ -32,7 +32,8 @@ def quick_collectors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run(capsys: pytest.CaptureFixture[str], dest: Path, name: str = "node1") -> dict[str, Any]:
-    params = {"dest": str(dest), "name": name, "env_file": str(dest.parent / "absent.env")}
+    params = {"dest": str(dest), "name": name, "env_file": str(dest.parent / "absent.env"),
+              "venv": "/opt/vllm/venv", "unit": "vllm.service", "user": "vllm"}
     with patch_module_args(params), pytest.raises(SystemExit):
         diagnose_collect.main()
     return json.loads(capsys.readouterr().out)
@@ -120,3 +121,15 @@ def test_a_name_that_is_not_a_file_name_is_refused(tmp_path: Path, name: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     result = run(capsys, tmp_path / "instinct-diagnose", name=name)
     assert result["failed"] and result["msg"].startswith("name:")
+
+
+@pytest.mark.parametrize("missing", ["venv", "unit", "user", "env_file"])
+def test_the_service_facts_are_arguments_not_defaults(capsys, tmp_path, missing) -> None:
+    """Role diagnose passes role vllm_service's published facts; the module restates none."""
+    params = {"dest": str(tmp_path / "out"), "name": "node1", "venv": "/v", "unit": "u.service",
+              "user": "u", "env_file": "/e.env"}
+    del params[missing]
+    with patch_module_args(params), pytest.raises(SystemExit):
+        diagnose_collect.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and out["msg"] == f"missing required arguments: {missing}", out
