@@ -228,9 +228,15 @@ def test_the_rollout_restarted_the_engine_with_the_change(host) -> None:
     assert before not in ("", "0") and after not in ("", "0", before)
     unit = host.file("/etc/systemd/system/vllm.service").content_string
     assert "--served-model-name" in unit and ROLLED_NAME in unit
-    assert summary("awx-rollout-rolling-update")["artifacts"] == {
-        "instinct_vllm_rollout": {"awx-node": "updated"}
-    }
+    stats = summary("awx-rollout-rolling-update")["artifacts"]
+    assert stats["instinct_vllm_rollout"] == {"awx-node": "updated"}
+    # The default gate fingerprint ran and passed; with one node, no peer is left unchanged to
+    # agree with: the consensus is skipped and says so (never a pass).
+    gate = stats["instinct_vllm_fingerprint"]["awx-node"]
+    assert gate["ok"] and gate["baseline"].startswith("/var/lib/instinct-vllm/fingerprints/"), gate
+    assert gate["consensus"].startswith("skipped: no node is left unchanged"), gate
+    assert set(stats) <= {"instinct_vllm_rollout", "instinct_vllm_fingerprint",
+                          "instinct_vllm_fingerprint_baselines"}
     # The workflow's verify asked for the new name, and every check passed.
     assert verify_result("awx-rollout-verify")["model"] == ROLLED_NAME
 
