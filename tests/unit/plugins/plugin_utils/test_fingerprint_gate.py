@@ -86,7 +86,7 @@ def test_the_node_record_keeps_summaries_and_both_metas() -> None:
     assert record["node"] == "n1" and not record["ok"] and record["meta"] == meta
     assert record["baseline_meta"]["revision"] == "/srv/models/r1"
     assert set(record["verdicts"]["baseline"]) == {"ok", "summary", "max_abs", "mean_abs",
-                                                   "agreement", "greedy_mismatches"}
+                                                   "agreement", "greedy_mismatches", "left_out"}
     assert record["consensus"]["status"] == "failed" and record["consensus"]["peer"] == "n2"
     assert record["consensus"]["peers"]["n2"] == {"status": "failed", "claims": {"model": "/m"},
                                                   "reason": consensus["peers"]["n2"]["reason"]}
