@@ -175,7 +175,7 @@ fingerprint:
 verdicts:
   description: Per reference (C(transformers), C(baseline)) - ok, summary, max_abs, mean_abs,
     agreement, greedy_mismatches, tolerance, prompts (per prompt the same and its problems),
-    left_out (the prompts left out on both sides: longer than the server's max_model_len).
+    left_out (the prompts left out on both sides, longer than the server's max_model_len).
   type: dict
   returned: success
 ok:
