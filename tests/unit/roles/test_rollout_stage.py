@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,20 +28,15 @@ def steps(role: str, tasks: str) -> list[str]:
     of a task file with a variable name is kept as its name): "role:entry" for an included
     role, "tasks:<file>" for an included task file, "gateway:<state>" for gateway_state.yml,
     "rescue:" before the steps of a rescue."""
-    found: list[str] = []
-    for task in load(role, tasks):
-        for key in ("block", "rescue"):
-            if key in task:
-                found += (["rescue:"] if key == "rescue" else []) + _block(role, task[key])
-        found += _block(role, [task]) if "block" not in task else []
-    return found
+    return _block(role, load(role, tasks))
 
 
 def _block(role: str, tasks: list[dict[str, Any]]) -> list[str]:
     found: list[str] = []
     for task in tasks:
         if "block" in task:
-            found += _block(role, task["block"]) + ["rescue:"] + _block(role, task.get("rescue", []))
+            rescue = _block(role, task.get("rescue", []))
+            found += [*_block(role, task["block"]), "rescue:", *rescue]
         elif INCLUDE_ROLE in task:
             include = task[INCLUDE_ROLE]
             name = include["name"].removeprefix("instinct.vllm.")
@@ -177,8 +171,8 @@ def failed_staging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_a_failed_staging_stops_the_rollout_with_a_clear_message(failed_staging) -> None:
     assert failed_staging["rc"] != 0
-    stop = [t["hosts"]["node1"] for t in failed_staging["tasks"]
-            if t["task"]["name"].endswith(" : Stop the rollout") and "node1" in t["hosts"]]  # fmt: skip
+    stop = [t["hosts"]["node1"] for t in failed_staging["tasks"] if "node1" in t["hosts"]
+            and t["task"]["name"].endswith(" : Stop the rollout")]  # fmt: skip
     assert stop and stop[-1]["failed"], failed_staging["ran"][-10:]
     assert "failed staging at task" in stop[-1]["msg"]
     assert "not drained and its unit is unchanged" in stop[-1]["msg"]
