@@ -44,11 +44,17 @@ def _node_play(playbook: str) -> dict[str, Any]:
     return yaml.safe_load((PLAYBOOKS / playbook).read_text())[0]
 
 
+def _node_tasks(entry: str) -> list[dict[str, Any]]:
+    return yaml.safe_load((ROLES / "node" / "tasks" / entry).read_text())
+
+
 def test_node_sequence_runs_every_role_and_the_contract_in_order() -> None:
-    sequence = yaml.safe_load((ROLES / "node" / "tasks" / "main.yml").read_text())
-    assert _roles(sequence) == [
+    assert _roles(_node_tasks("stage.yml")) == [
         "preflight", "rocm", "vllm", "model", "vllm_service:publish", "vllm:contract",
-        "vllm_service"]
+        "vllm_service:stage"]
+    assert _roles(_node_tasks("switch.yml")) == ["vllm_service:switch"]
+    assert [t["ansible.builtin.import_tasks"] for t in _node_tasks("main.yml")] == [
+        "stage.yml", "switch.yml"]
 
 
 def _site_tasks() -> list[dict[str, Any]]:
@@ -58,13 +64,16 @@ def _site_tasks() -> list[dict[str, Any]]:
 def _rollout_tasks() -> list[dict[str, Any]]:
     play = _node_play("rolling_update.yml")
     assert [r["role"] for r in play["roles"]] == ["instinct.vllm.rollout"]
-    return yaml.safe_load((ROLES / "rollout" / "tasks" / "main.yml").read_text())
+    tasks = ROLES / "rollout" / "tasks"  # main.yml and the staging it imports
+    return [task for entry in ("main.yml", "stage.yml")
+            for task in yaml.safe_load((tasks / entry).read_text())]
 
 
 @pytest.mark.parametrize("where", [_site_tasks, _rollout_tasks], ids=["site.yml", "rollout"])
 def test_both_include_the_node_sequence_and_name_no_node_role(where: Any) -> None:
-    found = _roles(where())
-    assert found.count("node") == 1, f"{where.__name__}: role node not included once: {found}"
+    found = [r.split(":")[0] if r.startswith("node") else r for r in _roles(where())]
+    entries = 1 if where is _site_tasks else 2  # the rollout: stage, then switch
+    assert found.count("node") == entries, f"{where.__name__}: role node included {found}"
     # publishing the serving facts (vllm_service:publish) changes nothing on a node
     named = [r for r in found if r.split(":")[0] in NODE_ROLES and r != "vllm_service:publish"]
     assert not named, f"{where.__name__} runs {named} itself, outside the node sequence"

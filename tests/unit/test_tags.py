@@ -19,8 +19,11 @@ LISTED = re.compile(r"^\s{6}(?:(?P<role>[\w.]+) : )?(?P<name>.+?)\tTAGS: \[(?P<t
 
 
 def node_sequence() -> list[dict]:
-    """Role node: the node sequence site.yml and role rollout include."""
-    return yaml.safe_load((ROOT / "roles" / "node" / "tasks" / "main.yml").read_text())
+    """Role node: the node sequence site.yml and role rollout include (its entry points stage,
+    then switch; tasks/main.yml imports both)."""
+    tasks = ROOT / "roles" / "node" / "tasks"
+    return [task for entry in ("stage.yml", "switch.yml")
+            for task in yaml.safe_load((tasks / entry).read_text())]
 
 
 def main_tasks(role: str) -> list[dict]:

@@ -40,9 +40,14 @@ JOURNAL_UNITS = ["haproxy.service", "vllm.service"]
 # Role fingerprint_gate's controller directory for the rollouts: baselines, nodes/<host>.json.
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-fingerprints"
 # The rollout's stop message when the gate fingerprint's last task failed (role rollout).
-FAILED_AT_FINGERPRINT = re.compile(r"fleet-node1 failed its update or gate at task "
+FAILED_AT_FINGERPRINT = re.compile(r"fleet-node1 failed its switch or gate at task "
                                    r"'(instinct\.vllm\.fingerprint_gate : )?Gate the node on its "
                                    r"fingerprint'")
+# Role rollout's report of each node's staging, done while the node serves (tasks/stage.yml).
+STAGED = re.compile(r"(fleet-node\d) staged in ([0-9.]+) s, serving all along")
+# Seconds a node may stay out of rotation beyond its engine start and its gates: the drain of
+# requests in flight and the writing of the unit, never the staging.
+SWITCH_SLACK_S = 15
 R2 = "/srv/models/demo-gptoss-legacy-r2"  # run 1's revision (change-good.yml)
 SCALED = "/srv/models/demo-gptoss-legacy-r3-scaled"  # runs 2-3 (change-bad-node1.yml)
 
@@ -289,13 +294,61 @@ def test_both_nodes_in_rotation():
 # ---------------------------------------------------------------------------- rolling update
 
 
-def rollout(ca: str, change: str, *extra: str) -> tuple[subprocess.CompletedProcess, list, float]:
+class GatewayWatch:
+    """Polls the gateway's server states (show stat) in a thread while a rollout runs: each
+    node's (time, status) whenever its status changes, wall-clock seconds."""
+
+    def __init__(self, period: float = 0.5) -> None:
+        import threading
+
+        self.changes: dict[str, list[tuple[float, str]]] = {n: [] for n in NODES}
+        self._period, self._stop = period, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                servers = gateway_servers()
+            except (subprocess.CalledProcessError, ValueError):
+                servers = {}
+            now = time.time()
+            for node in NODES:
+                status = servers.get(node, {}).get("status")
+                seen = self.changes[node]
+                if status and (not seen or seen[-1][1] != status):
+                    seen.append((now, status))
+            self._stop.wait(self._period)
+
+    def start(self) -> GatewayWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, list[tuple[float, str]]]:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        return self.changes
+
+    def out_of_rotation(self, node: str) -> tuple[float, float]:
+        """(left, back): when the gateway first showed the node other than UP, and when UP again
+        after that (the last change seen)."""
+        seen = self.changes[node]
+        left = next(t for t, status in seen if status != "UP")
+        back = next(t for t, status in seen if status == "UP" and t > left)
+        return left, back
+
+
+def rollout(ca: str, change: str, *extra: str,
+            watch: GatewayWatch | None = None) -> tuple[subprocess.CompletedProcess, list, float]:
     load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
     time.sleep(3)
+    if watch:
+        watch.start()
     t0 = time.monotonic()
     run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}",
                    "-e", f"instinct_vllm_fingerprint_baseline_dir={FINGERPRINTS}", *extra)
     seconds = time.monotonic() - t0
+    if watch:
+        watch.stop()
     time.sleep(3)
     return run, load.stop(), seconds
 
@@ -329,12 +382,32 @@ def record(results: dict, name: str, run: subprocess.CompletedProcess, outcomes:
     return results[name]
 
 
+def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedProcess,
+                    start: float, ready: float, figures: list, recorded: dict) -> None:
+    """The node left rotation only for its switch: engine start and gates, plus the slack; its
+    staging (role rollout's report) ran before, while it served."""
+    staged = {m[1]: float(m[2]) for m in STAGED.finditer(run.stdout)}
+    assert node in staged, f"no staging report for {node}: {run.stdout[-3000:]}"
+    left, back = watch.out_of_rotation(node)
+    out, engine, gates = back - left, ready - start, back - ready
+    figures.append(f"  {node}: staged {staged[node]:.0f} s in rotation; out of rotation "
+                   f"{out:.0f} s (engine start {engine:.0f} s, gates and back UP {gates:.0f} s); "
+                   f"gateway states {[s for _, s in watch.changes[node]]}")
+    recorded["restarts"][node].update(staging_s=round(staged[node], 1),
+                                      out_of_rotation_s=round(out, 1))
+    assert left < start < ready < back, (node, left, start, ready, back)
+    assert out <= engine + gates + SWITCH_SLACK_S, (node, out, engine, gates)
+    drained = start - left
+    assert drained <= SWITCH_SLACK_S, f"{node}: drained {drained:.0f} s before its engine start"
+
+
 def test_rolling_update_loses_no_request(ca, figures, results):
     import shutil
 
     shutil.rmtree(FINGERPRINTS, ignore_errors=True)  # no baseline of an earlier run
     before = {n: main_pid(n) for n in NODES}
-    run, outcomes, seconds = rollout(ca, "change-good.yml")
+    watch = GatewayWatch()
+    run, outcomes, seconds = rollout(ca, "change-good.yml", watch=watch)
     bad = failed(outcomes)
     figures.append(f"run 1 (good change, both nodes): rolling_update.yml rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
@@ -352,6 +425,7 @@ def test_rolling_update_loses_no_request(ca, figures, results):
                                       "succeeded_meanwhile": len(during),
                                       "main_pid": [before[node], after[node]]}
         assert during, f"no request succeeded while {node} restarted"
+        out_of_rotation(node, watch, run, start, ready, figures, recorded)
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
     servers = gateway_servers()
