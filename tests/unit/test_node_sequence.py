@@ -13,7 +13,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOKS = ROOT / "playbooks"
 ROLES = ROOT / "roles"
-NODE_ROLES = ("preflight", "rocm", "vllm", "model", "vllm_service")
+NODE_ROLES = ("preflight", "rocm", "vllm", "model", "firewall", "vllm_service")
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 TASK_FILES = ("ansible.builtin.import_tasks", "ansible.builtin.include_tasks")
 
@@ -48,7 +48,7 @@ def test_node_sequence_runs_every_role_and_the_contract_in_order() -> None:
     sequence = yaml.safe_load((ROLES / "node" / "tasks" / "main.yml").read_text())
     assert _roles(sequence) == [
         "preflight", "rocm", "vllm", "model", "vllm_service:publish", "vllm:contract",
-        "vllm_service"]
+        "firewall", "vllm_service"]
 
 
 def _site_tasks() -> list[dict[str, Any]]:
