@@ -94,8 +94,7 @@ def firewall_sources(
     networks: list[Network] = []
     for host in hosts:
         name = str(host)
-        hv = hostvars[name] if name in hostvars else {}
-        networks += _host_networks(name, hv or {})
+        networks += _host_networks(name, hostvars.get(name) or {})
     networks += [_network(a, f"extra[{i}]") for i, a in enumerate(extra or [])]
     v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
     v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]

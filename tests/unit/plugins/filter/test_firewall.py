@@ -81,5 +81,5 @@ def test_a_bad_override_is_named() -> None:
 
 @pytest.mark.parametrize(("hosts", "extra"), [("gw", None), (None, None), (["gw"], "10.0.0.1")])
 def test_wrong_argument_types(hosts: object, extra: object) -> None:
-    with pytest.raises(AnsibleFilterError, match="expects a list|must be a list"):
+    with pytest.raises(AnsibleFilterError, match=r"expects a list|must be a list"):
         firewall_sources(hosts, HOSTVARS, extra)
