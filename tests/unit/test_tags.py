@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-ROLES = ("preflight", "rocm", "vllm", "model", "vllm_service", "gateway", "monitoring")
+ROLES = ("preflight", "rocm", "vllm", "model", "firewall", "vllm_service", "gateway", "monitoring")
 LISTED = re.compile(r"^\s{6}(?:(?P<role>[\w.]+) : )?(?P<name>.+?)\tTAGS: \[(?P<tags>[^\]]*)\]$")
 
 

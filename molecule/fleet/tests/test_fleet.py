@@ -337,6 +337,49 @@ class GatewayWatch:
         return left, back
 
 
+
+CONNECT_PY = (
+    "import socket,sys\ns=socket.socket();s.settimeout(3)\n"
+    "try:\n s.connect((sys.argv[1],int(sys.argv[2])));print('open')\n"
+    "except ConnectionRefusedError:\n print('refused')\n"
+    "except OSError:\n print('timeout')\n"
+)
+
+
+def container_address(name: str) -> str:
+    return subprocess.run(
+        ["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+         name], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def connect_from(container: str, address: str, port: int) -> str:
+    return subprocess.run(["podman", "exec", "-i", container, "python3", "-c", CONNECT_PY,
+                           address, str(port)], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.mark.parametrize("port", [8000, 8001])
+def test_a_node_answers_the_gateway_and_not_another_node(port):
+    """Role firewall (docs/gateway.md, "Who can reach a node"): vLLM's port and the watchdog's
+    status port take connections from the gateway; fleet-node2 is neither a gateway nor a
+    monitoring host, so its attempt is dropped (times out)."""
+    node1 = container_address("fleet-node1")
+    assert connect_from(GW, node1, port) == "open"
+    assert connect_from("fleet-node2", node1, port) == "timeout"
+
+
+def test_the_controller_is_an_allowed_source_and_the_table_is_the_roles():
+    """firewall_allow_extra holds the bridge's host address: the published port answers the
+    controller (the gates, the direct baseline). The role's table is the only one it adds, with
+    the drop rule's counter past 0 after the test above."""
+    assert httpx.get(DIRECT["fleet-node1"] + "/health", timeout=10).status_code == 200
+    listed = sh("fleet-node1", "nft list table inet instinct_vllm")
+    assert "elements = { 8000, 8001 }" in listed
+    dropped = re.search(r"counter packets (\d+) bytes \d+ drop", listed)
+    assert dropped and int(dropped.group(1)) > 0, listed
+    assert "flush ruleset" not in sh("fleet-node1", "cat /etc/nftables.d/instinct-vllm.nft")
+
+
 def rollout(ca: str, change: str, *extra: str,
             watch: GatewayWatch | None = None) -> tuple[subprocess.CompletedProcess, list, float]:
     load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
