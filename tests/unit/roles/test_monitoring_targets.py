@@ -32,6 +32,8 @@ EXTRA_PORT = 9123  # the second node's vLLM port, set only in vllm_service_flags
 EXTRA_UNIT = "vllm-b.service"  # and its unit (vllm_service_name)
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
+- ansible.builtin.include_role:
+    name: instinct.vllm.vllm_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
     "gateway_render": ("gateway", """
