@@ -51,8 +51,9 @@ def test_map_names_the_groups_the_plays_run_on():
                 if line.startswith("| `playbooks/site.yml` | Prepare"))
     assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
     # role node, then the roles it includes (with their dependencies), in order
-    assert site.endswith("| node, stack, vllm_service_facts, preflight, rocm, vllm, model, "
-                         "vllm_service (publish), vllm (contract), vllm_service |")
+    assert site.endswith("| node, stack, vllm_service_facts, model_facts, preflight, rocm, vllm, "
+                         "vllm_facts, model, vllm_service (publish), vllm (contract), "
+                         "vllm_service |")
 
 
 @pytest.fixture
