@@ -119,7 +119,7 @@ def servers(work: Path) -> Iterator[dict[str, Any]]:
 def gate(work: Path, servers: dict[str, Any], label: str) -> tuple[Any, dict[str, Any], float]:
     """The play above; its run, the changed node's last fingerprint, the seconds it took."""
     common = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-              "instinct_vllm_stack": "cpu", "vllm_venv_python": str(VENV / "bin" / "python"),
+              "instinct_vllm_stack": "cpu", "vllm_venv_path": str(VENV),
               "vllm_service_served_model_name": "demo", "vllm_service_api_key": KEY,
               "vllm_service_flags": {"dtype": "float32"},
               "instinct_vllm_fingerprint_dtype": "float32",

@@ -21,7 +21,9 @@ COMMON = {
     "ansible_connection": "local",
     "ansible_python_interpreter": sys.executable,
     "instinct_vllm_stack": "rocm-6.2.1",
-    "vllm_venv_python": sys.executable,
+    # role vllm's variable: its published fact vllm_venv_python is <venv>/bin/python (a venv
+    # has that link), which the set_fact of role vllm_facts puts above inventory variables
+    "vllm_venv_path": os.path.dirname(os.path.dirname(sys.executable)),
     "vllm_service_name": "instinct-vllm-test-no-such-unit",
     # the checks run as the service's user: here the login user, no groups, no become (the
     # become itself is tests/unit/test_acceptance_playbook.py's)

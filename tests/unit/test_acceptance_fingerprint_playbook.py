@@ -58,7 +58,7 @@ def _play(tmp: Path, playbook: str, hosts: dict[str, dict[str, Any]],
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "ansible_become_method": "record", "instinct_vllm_stack": "cpu",
-        "vllm_venv_python": sys.executable, "vllm_service_user": user,
+        "vllm_venv_path": str(Path(sys.executable).parent.parent), "vllm_service_user": user,
         "vllm_service_supplementary_groups": [group], "vllm_service_served_model_name": "demo",
         "vllm_service_api_key": KEY, "vllm_service_flags": {"dtype": "float32"},
         "instinct_vllm_fingerprint_baseline_dir": str(tmp / "baselines"),

@@ -487,10 +487,38 @@ def test_the_gpu_stacks_leave_out_the_sandbox_ones() -> None:
     assert stack_matrix.default_stack_name() in gpu_stacks()
 
 
+def production_model_sources() -> list[str]:
+    """Role model's sources, in its spec's order, less its test sources (vars/main.yml
+    _model_sandbox_sources: demo makes random weights)."""
+    sandbox = _load(ROOT / "roles" / "model" / "vars" / "main.yml")["_model_sandbox_sources"]
+    return [s for s in _role_spec("model")["model_source"]["choices"] if s not in sandbox]
+
+
+def test_the_production_model_sources_leave_out_the_sandbox_ones() -> None:
+    choices = _role_spec("model")["model_source"]["choices"]
+    assert "demo" in set(choices) - set(production_model_sources())
+    assert {"path", "huggingface"} <= set(production_model_sources())
+
+
+def test_no_survey_offers_a_sandbox_stack_or_source() -> None:
+    """Production job templates never offer the test sandbox: no stack without GPUs, no model
+    source that makes random weights (a site adds its own with its copy of awx/)."""
+    stacks, _origin = stack_matrix.all_stacks()
+    sandbox = {
+        "instinct_vllm_stack": set(stacks) - set(gpu_stacks()),
+        "model_source": set(_role_spec("model")["model_source"]["choices"])
+        - set(production_model_sources()),
+    }
+    for template, question in QUESTIONS:
+        offered = set(question.get("choices") or []) | {question.get("default")}
+        bad = offered & sandbox.get(question["variable"], set())
+        assert not bad, f"{template}: {question['variable']} offers {sorted(bad)}"
+
+
 def test_survey_choices_are_the_stack_matrix_and_the_role_choices() -> None:
     choices = {
         "instinct_vllm_stack": gpu_stacks(),
-        "model_source": _role_spec("model")["model_source"]["choices"],
+        "model_source": production_model_sources(),
         "rocm_reboot_policy": _role_spec("rocm")["rocm_reboot_policy"]["choices"],
     }
     for template, question in QUESTIONS:

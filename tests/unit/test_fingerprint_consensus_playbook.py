@@ -59,7 +59,8 @@ def _node(tmp: Path, name: str, url: str, rev: str) -> dict[str, Any]:
 def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "instinct_vllm_stack": "cpu", "vllm_venv_python": sys.executable,
+        "instinct_vllm_stack": "cpu",
+        "vllm_venv_path": str(Path(sys.executable).parent.parent),
         "vllm_service_served_model_name": "demo", "vllm_service_api_key": KEY,
         "vllm_service_flags": {"dtype": "float32"},
         "instinct_vllm_fingerprint_baseline_dir": str(tmp / "baselines"),

@@ -116,11 +116,13 @@ def test_preflight_playbook_runs_preflight_only() -> None:
     playbook = ROOT / "playbooks" / "preflight.yml"
     listed = list_tasks(playbook, "--tags", "preflight")
     assert task_names("preflight", "check.yml") <= {n for r, n, _tags in listed if r == "preflight"}
-    # preflight's dependencies (the stack, the serving facts); --list-tasks names no role for
-    # an include_role: role vllm_service_facts' include of role vllm_service's publish
+    # preflight's dependencies (the stack, the serving facts, where the model goes);
+    # --list-tasks names no role for an include_role: role vllm_service_facts' include of role
+    # vllm_service's publish, role model_facts' of role model's
     assert {entry[0] or entry[1] for entry in listed} == {
-        "stack", "vllm_service_facts", "preflight",
-        "Publish the node's serving facts (role vllm_service, entry point publish)"}
+        "stack", "vllm_service_facts", "model_facts", "preflight",
+        "Publish the node's serving facts (role vllm_service, entry point publish)",
+        "Publish where the model goes (role model, entry point publish)"}
     skipped = list_tasks(playbook, "--skip-tags", "preflight")
     assert not [n for r, n, _tags in skipped if r == "preflight"]
 

@@ -34,16 +34,18 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 @dataclass
 class ServeSpec:
+    # the node's serving facts (role vllm_service's vllm_service_resolved): no defaults here,
+    # the caller passes them (unit, URL, the venv's python)
+    service: str
+    base_url: str
+    python: str
     mode: str = "auto"  # auto | service | temporary
-    service: str = "vllm"
-    base_url: str = "http://127.0.0.1:8000"
     api_key: str = ""
     model: str = ""
     prompt: str = "The capital of France is"
     max_tokens: int = 8
     timeout: float = 120.0
-    # temporary server
-    python: str = "/opt/vllm/venv/bin/python"
+    # temporary server (python above)
     model_path: str = ""
     server_args: list[str] = field(default_factory=list)
     server_env: dict[str, str] = field(default_factory=dict)

@@ -112,13 +112,15 @@ class Result:
 class Settings:
     """What the collectors look at on the node (the playbook's variables)."""
 
-    venv: str = "/opt/vllm/venv"
-    unit: str = "vllm.service"
-    user: str = "vllm"
-    env_file: str = "/etc/vllm/vllm.env"
+    # the node's serving facts (role vllm_service's vllm_service_resolved) and role vllm's
+    # build directory: no defaults here, the caller passes them
+    venv: str
+    unit: str
+    user: str
+    env_file: str
+    source_work_dir: str
     unit_file: str = ""
     stamp: str = ""
-    source_work_dir: str = "/var/lib/instinct-vllm/source"
     build_log: str = ""
     model_path: str = ""
     journal_lines: int = 400

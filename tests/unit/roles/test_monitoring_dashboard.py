@@ -26,18 +26,34 @@ def panels() -> list[dict]:
 
 
 def grafana_expr(expr: str) -> str:
-    return expr.replace("$__rate_interval", "1m").replace("$node", ".*")
+    """As Grafana sends it; vllm_unit is a unit regex role monitoring fills in."""
+    return (expr.replace("$__rate_interval", "1m").replace("$node", ".*")
+            .replace("${vllm_unit:raw}", "vllm-b[.]service"))
 
 
 def test_dashboard_shape() -> None:
     dash = json.loads(DASHBOARD.read_text())
     assert dash["uid"] == "instinct-vllm"
-    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node"}
+    assert {v["name"] for v in dash["templating"]["list"]} == {"datasource", "node", "vllm_unit"}
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
     for panel in panels():
         assert panel["targets"], panel["title"]
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+def test_no_query_names_a_unit() -> None:
+    """The vLLM unit is role vllm_service's published name (vllm_service_name): a query selects
+    it through the constant vllm_unit, which role monitoring fills in, never by name; the file's
+    constant is empty."""
+    dash = json.loads(DASHBOARD.read_text())
+    for panel in panels():
+        for target in panel["targets"]:
+            if "node_systemd_" in target["expr"]:
+                assert 'name=~"${vllm_unit:raw}"' in target["expr"], target["expr"]
+            assert ".service" not in target["expr"], target["expr"]
+    unit = next(v for v in dash["templating"]["list"] if v["name"] == "vllm_unit")
+    assert unit["type"] == "constant" and unit["query"] == ""
 
 
 def test_both_vllm_generations_are_covered() -> None:

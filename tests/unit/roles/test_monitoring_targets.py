@@ -10,11 +10,12 @@ monitoring's targets.yml and prometheus.yml. Then each scrape target must be a h
 group, at its address, on the port that host's role listens on: vLLM at its published port
 (vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
 frontend (served by use-service prometheus-exporter); and every host of those groups must be
-scraped. The unit alerts select every node's published unit.
+scraped. The unit alerts and the dashboard's restart panel select every node's published unit.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -31,6 +32,8 @@ EXTRA_PORT = 9123  # the second node's vLLM port, set only in vllm_service_flags
 EXTRA_UNIT = "vllm-b.service"  # and its unit (vllm_service_name)
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
+- ansible.builtin.include_role:
+    name: instinct.vllm.vllm_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
     "gateway_render": ("gateway", """
@@ -51,6 +54,10 @@ THIN_ROLES = {
 - ansible.builtin.template:
     src: @ROOT@/roles/monitoring/templates/vllm-alerts.yml.j2
     dest: "@OUT@/vllm-alerts.yml"
+    mode: "0600"
+- ansible.builtin.copy:
+    content: "{{ _monitoring_dashboard | to_nice_json(indent=2) }}"
+    dest: "@OUT@/dashboard.json"
     mode: "0600"
 """),
 }
@@ -93,7 +100,7 @@ def fleet_inventory() -> dict[str, Any]:
 def thin_role(directory: Path, name: str, real: str, tasks: str, out: Path) -> None:
     role = directory / name
     (role / "tasks").mkdir(parents=True)
-    for part in ("defaults", "vars"):
+    for part in ("defaults", "vars", "files"):
         (role / part).symlink_to(ROOT / "roles" / real / part)
     (role / "tasks" / "main.yml").write_text(
         "---" + tasks.replace("@ROOT@", str(ROOT)).replace("@OUT@", str(out))
@@ -200,4 +207,25 @@ def test_the_unit_alerts_watch_every_nodes_unit(rendered) -> None:
         assert selector, alerts[name]
         for unit in units:
             assert re.fullmatch(selector.group(1), f"{unit}.service"), (name, unit)
+        assert not re.fullmatch(selector.group(1), "other.service")
+
+
+def test_the_dashboard_restarts_watch_every_nodes_unit(rendered) -> None:
+    """The dashboard Grafana gets: its restart panel, as Grafana interpolates vllm_unit, selects
+    each node's published unit (vllm-b.service on the second node), and no other."""
+    inventory, out = rendered
+    units = {hostvar(inventory, host, "vllm_nodes", "vllm_service_name") or "vllm"
+             for host in hosts_of(inventory, "vllm_nodes")}
+    dashboard = json.loads((out / "dashboard.json").read_text())
+    constants = {v["name"]: v["query"] for v in dashboard["templating"]["list"]
+                 if v["type"] == "constant"}
+    exprs = [t["expr"] for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]
+             if "node_systemd_service_restart_total" in t["expr"]]
+    assert exprs, "the dashboard has no restart panel"
+    for expr in exprs:
+        selector = re.search(r'name=~"([^"]+)"', expr.replace("${vllm_unit:raw}",
+                                                              constants["vllm_unit"]))
+        assert selector, expr
+        for unit in units:
+            assert re.fullmatch(selector.group(1), f"{unit}.service"), (expr, unit)
         assert not re.fullmatch(selector.group(1), "other.service")

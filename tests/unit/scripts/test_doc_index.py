@@ -52,15 +52,16 @@ def test_map_names_the_groups_the_plays_run_on():
     assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
     # role node, then the roles it includes (with their dependencies), in order: its
     # tasks/main.yml imports its task files stage.yml and switch.yml
-    assert site.endswith("| node, stack, vllm_service_facts, preflight, rocm, vllm, model, "
-                         "vllm_service (publish), vllm (contract), vllm_service (stage), "
-                         "vllm_service (switch) |")
+    assert site.endswith("| node, stack, vllm_service_facts, model_facts, preflight, rocm, vllm, "
+                         "vllm_facts, model, vllm_service (publish), vllm (contract), firewall, "
+                         "vllm_service (stage), vllm_service (switch) |")
     rollout = next(line for line in table.splitlines()
                    if line.startswith("| `playbooks/rolling_update.yml` |"))
     # role rollout: the entry point stage of role node, then its switch
-    assert rollout.endswith("| stack, vllm_service_facts, rollout, node (stage), preflight, "
-                            "rocm, vllm, model, vllm_service (publish), vllm (contract), "
-                            "vllm_service (stage), node (switch), vllm_service (switch) |")
+    assert rollout.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
+                            "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
+                            "vllm (contract), firewall, vllm_service (stage), node (switch), "
+                            "vllm_service (switch) |")
 
 
 @pytest.fixture

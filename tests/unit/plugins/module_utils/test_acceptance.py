@@ -4,6 +4,7 @@ replays the MI300X recordings, the serve check against a stand-in OpenAI server.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -380,6 +381,25 @@ def test_model_shape_defaults_and_head_dim(tmp_path: Path):
 # ---------------------------------------------------------------------------------- serve
 
 
+def _spec(**kwargs: object) -> acc.ServeSpec:
+    """A ServeSpec with the serving facts the module passes (unit, URL, the venv's python)."""
+    facts = {"service": "vllm", "base_url": "http://127.0.0.1:8000", "python": sys.executable}
+    return acc.ServeSpec(**{**facts, **kwargs})  # type: ignore[arg-type]
+
+
+def test_serve_spec_has_no_default_for_the_serving_facts():
+    """The unit, URL and python come from the caller (role vllm_service's published facts):
+    a default here would restate them."""
+    defaulted = {
+        f.name
+        for f in dataclasses.fields(acc.ServeSpec)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    }
+    assert not defaulted & {"service", "base_url", "python"}
+    with pytest.raises(TypeError):
+        acc.ServeSpec()  # type: ignore[call-arg]
+
+
 SUBSTATE = {"active": "running", "failed": "failed", "inactive": "dead"}
 
 
@@ -416,7 +436,10 @@ def server(tmp_path: Path):
         "demo",
     ]
     proc = subprocess.Popen(argv, env=env)
-    spec = acc.ServeSpec(base_url=f"http://127.0.0.1:{port}", api_key=KEY, model="demo")
+    spec = acc.ServeSpec(
+        service="vllm", base_url=f"http://127.0.0.1:{port}", python=sys.executable,
+        api_key=KEY, model="demo",
+    )
     assert _wait_ready(proc, spec.base_url, 30)
     yield spec
     proc.terminate()
@@ -442,7 +465,7 @@ def test_serve_with_a_wrong_key_or_model_fails(server: acc.ServeSpec):
 
 
 def test_a_failed_service_fails_the_check():
-    result = acc.serve_check(acc.ServeSpec(), service("failed", result="exit-code"))
+    result = acc.serve_check(_spec(), service("failed", result="exit-code"))
     assert result.status == "failed"
     assert result.reason == "vllm.service failed (result exit-code; journalctl -u vllm says why)"
     assert result.detail["unit"]["result"] == "exit-code"
@@ -450,8 +473,7 @@ def test_a_failed_service_fails_the_check():
 
 def test_no_service_starts_a_temporary_server_with_the_key_in_its_environment(tmp_path: Path):
     record = tmp_path / "record.json"
-    spec = acc.ServeSpec(
-        python=sys.executable,
+    spec = _spec(
         model_path=str(tmp_path),
         model="demo",
         startup_timeout=30,
@@ -471,8 +493,7 @@ def test_no_service_starts_a_temporary_server_with_the_key_in_its_environment(tm
 
 def test_a_stopped_unit_is_not_replaced_by_a_temporary_server(tmp_path: Path):
     record = tmp_path / "record.json"
-    spec = acc.ServeSpec(
-        python=sys.executable,
+    spec = _spec(
         model_path=str(tmp_path),
         startup_timeout=30,
         server_env={"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_RECORD": str(record)},
@@ -484,9 +505,8 @@ def test_a_stopped_unit_is_not_replaced_by_a_temporary_server(tmp_path: Path):
 
 
 def test_a_temporary_server_that_dies_fails_with_its_log(tmp_path: Path):
-    spec = acc.ServeSpec(
+    spec = _spec(
         mode="temporary",
-        python=sys.executable,
         model_path=str(tmp_path),
         startup_timeout=30,
         server_env={"PYTHONPATH": str(FAKE_VLLM), "FAKE_VLLM_CRASH": "1"},

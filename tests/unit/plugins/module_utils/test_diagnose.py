@@ -7,6 +7,7 @@ comes from), over a healthy MI300X node assembled from recordings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tarfile
@@ -373,8 +374,25 @@ def test_filters_keep_matching_tail(tmp_path: Path) -> None:
     assert result.text == "line 8 amdgpu\nline 9 amdgpu\n"
 
 
+def _settings(**kwargs: str) -> dg.Settings:
+    """Settings with the facts the module passes (role vllm_service's unit, user, env file)."""
+    facts = {"unit": "vllm-b.service", "user": "vllm", "env_file": "/etc/vllm/vllm-b.env"}
+    return dg.Settings(**{**facts, **kwargs})  # type: ignore[arg-type]
+
+
+def test_settings_have_no_default_for_the_node_facts() -> None:
+    """venv, unit, user, env file and the build directory come from the caller (the published
+    facts): a default here would restate them."""
+    required = {"venv", "unit", "user", "env_file", "source_work_dir"}
+    fields = dataclasses.fields(dg.Settings)
+    defaulted = {f.name for f in fields if f.default is not dataclasses.MISSING}
+    assert not defaulted & required
+    with pytest.raises(TypeError):
+        dg.Settings()  # type: ignore[call-arg]
+
+
 def test_default_specs_cover_the_brief(tmp_path: Path) -> None:
-    settings = dg.Settings(venv=str(tmp_path / "venv"), source_work_dir=str(tmp_path / "src"))
+    settings = _settings(venv=str(tmp_path / "venv"), source_work_dir=str(tmp_path / "src"))
     names = {s.name for s in dg.default_specs(settings)}
     assert {
         "rocminfo",
@@ -404,7 +422,7 @@ def test_build_log_found_from_stamp_key(tmp_path: Path) -> None:
     (work / "aaaa" / "build.log").write_text("the stamp's build\n", encoding="utf-8")
     (work / "bbbb" / "build.log").write_text("a newer build\n", encoding="utf-8")
     venv.mkdir()
-    settings = dg.Settings(venv=str(venv), source_work_dir=str(work))
+    settings = _settings(venv=str(venv), source_work_dir=str(work))
     from ansible_collections.instinct.vllm.plugins.module_utils._diagnose.collect import (
         find_build_log,
     )
