@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -85,13 +84,7 @@ class Served:
         raise RuntimeError(f"vllm serve not healthy in 900 s: {log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        test_fingerprint_vllm.stop_server(self.proc)
         self.proc = None
 
 

@@ -105,14 +105,19 @@ class Server:
         _wait_health(self.proc, log)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_server(self.proc)
         self.proc, self.model = None, None
+
+
+def stop_server(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop a vllm serve started in its own process group: SIGTERM, SIGKILL after 60 s."""
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @pytest.fixture(scope="module")
