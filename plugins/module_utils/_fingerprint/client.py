@@ -185,7 +185,7 @@ def record(ep: Endpoint, prompts: list[Prompt], max_tokens: int, window: int,
     does not return them, its text tokenized again), then scored like any other. Prompts that
     need more context than `limit` (the server's max_model_len) are left out, and listed."""
     fits, out = _fitting(ep, prompts, max_tokens, limit)
-    prompts, prompt_ids = [p for p, _ in fits], [ids for _, ids in fits]
+    prompts, prompt_ids = [pair[0] for pair in fits], [pair[1] for pair in fits]
     texts = greedy(ep, prompts, prompt_ids, max_tokens)
     like = []
     for p, ids, g in zip(prompts, prompt_ids, texts, strict=True):
