@@ -92,8 +92,9 @@ def test_role_stack_always_runs() -> None:
 @pytest.mark.parametrize(
     ("phase", "role", "included", "excluded"),
     [
-        ("vllm_service_unit", "vllm_service", "configure.yml", "run.yml"),
-        ("vllm_service_run", "vllm_service", "run.yml", "configure.yml"),
+        ("vllm_service_unit", "vllm_service", "stage_files.yml", "run.yml"),
+        ("vllm_service_unit", "vllm_service", "install.yml", "check_flags.yml"),
+        ("vllm_service_run", "vllm_service", "run.yml", "install.yml"),
         ("model_convert", "model", "convert.yml", "verify.yml"),
         ("rocm_driver", "rocm", "driver.yml", "packages.yml"),
         ("vllm_verify", "vllm", "verify.yml", "lock.yml"),

@@ -67,7 +67,7 @@ DEMO_PLAYBOOK = """
 
 
 def fleet_inventory() -> dict[str, Any]:
-    node = {**LOCAL, "vllm_service_api_key": "k" * 32}
+    node = {**LOCAL, "vllm_service_api_key": "k" * 32, "vllm_venv_python": "/opt/vllm/bin/python"}
     return {"all": {"children": {
         "gateways": {"hosts": {"fw-gw": {**LOCAL, "ansible_host": "192.0.2.1",
                                          "test_network_facts": FACTS["fw-gw"]}}},

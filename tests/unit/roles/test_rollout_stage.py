@@ -75,7 +75,7 @@ def test_a_staging_failure_is_not_rescued_by_the_drain_maint_rescue() -> None:
 def test_node_stage_never_touches_the_unit_and_switch_only_does() -> None:
     stage, switch = steps("node", "stage.yml"), steps("node", "switch.yml")
     assert stage == ["preflight:main", "rocm:main", "vllm:main", "model:main",
-                     "vllm_service:publish", "vllm:contract", "vllm_service:stage"]
+                     "vllm_service:publish", "vllm:contract", "firewall:main", "vllm_service:stage"]
     assert switch == ["vllm_service:switch"]
     assert steps("node", "main.yml") == stage + switch
 
@@ -85,14 +85,21 @@ def _imports(tasks: str) -> list[str]:
 
 
 def test_vllm_service_stage_checks_everything_and_writes_nothing_the_unit_reads() -> None:
+    """stage writes the release's files into the staging directory only; switch puts them in
+    place and restarts, after publishing the facts again and nothing else (the node is out of
+    rotation meanwhile)."""
     stage, switch = _imports("stage.yml"), _imports("switch.yml")
-    assert "check_flags.yml" in stage
-    assert not {"configure.yml", "run.yml"} & set(stage)
-    assert switch[-2:] == ["configure.yml", "run.yml"]
-    # together they do what tasks/main.yml does, in its order (each works the facts out first)
-    assert stage[:2] == switch[:2] == ["publish.yml", "assert.yml"]
-    assert [f for f in _imports("main.yml") if f not in ("publish.yml", "assert.yml")] == [
-        f for f in stage + switch if f not in ("publish.yml", "assert.yml")]
+    assert "check_flags.yml" in stage and stage[-1] == "stage_files.yml"
+    assert not {"install.yml", "run.yml"} & set(stage)
+    assert switch == ["publish.yml", "install.yml", "run.yml"]
+    staged = load("vllm_service", "stage_files.yml")
+    writers = ("ansible.builtin.copy", "ansible.builtin.template")
+    dests = [t[m]["dest"] for t in staged for m in writers if m in t]
+    assert len(dests) == 3 and all(d.startswith("{{ _vllm_service_staged_dir }}/") for d in dests)
+    assert not any("notify" in t for t in staged)
+    # together they do what tasks/main.yml does, in its order
+    assert stage[:1] == ["publish.yml"]
+    assert _imports("main.yml") == stage + switch[1:]
 
 
 def test_a_rocm_reboot_is_deferred_to_after_the_drain() -> None:
