@@ -112,6 +112,13 @@ options:
     description: A changed node's RV(probe) - score it here and return RV(consensus) (needs
       I(unit_file)); no other reference is then taken.
     type: dict
+  reference_only:
+    description: Only take the transformers reference into I(reference_cache) (both needed) and
+      return; no endpoint is asked and no verdict given. Role rollout runs it while the node
+      still serves its last release, so the gate after the switch reads the reference from the
+      cache instead of computing it while the node is out of rotation.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - instinct.vllm.attributes
 attributes:
@@ -240,6 +247,7 @@ SPEC = {
     "numerics_flags": {"type": "list", "elements": "str", "default": NUMERICS},
     "consensus_probe": {"type": "bool", "default": False},
     "consensus_of": {"type": "dict"},
+    "reference_only": {"type": "bool", "default": False},
 }
 
 
@@ -276,11 +284,32 @@ def consensus(module: AnsibleModule) -> None:
                      msg=f"consensus {verdict.status}: {verdict.reason}")
 
 
+def reference_only(module: AnsibleModule) -> None:
+    """Reference mode: the transformers reference into the cache, nothing asked of an endpoint."""
+    p = module.params
+    if not (p["reference_model_path"] and p["reference_cache"]):
+        module.fail_json(msg="reference_only needs reference_model_path and reference_cache",
+                         refused=False)
+    try:
+        _refs, seconds, written = references(
+            parse_prompts(p["prompts"]), p["reference_model_path"], p["reference_cache"], None,
+            p["max_tokens"], p["window"], write=not module.check_mode)
+    except Refused as exc:
+        module.fail_json(msg=str(exc), refused=True)
+    except Exception as exc:  # (torch or transformers failing on the node's stack)
+        module.fail_json(msg=f"{type(exc).__name__}: {exc}", refused=False)
+    module.exit_json(changed=written, reference_seconds=seconds,
+                     msg=f"reference taken in {seconds:.1f} s" if written or seconds
+                     else "reference found in the cache")
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     p = module.params
     if p["consensus_of"] is not None:
         consensus(module)
+    if p["reference_only"]:
+        reference_only(module)
     try:
         claims = _claims(module)
         meta = {**p["meta"], **({"claims": claims} if claims else {})}

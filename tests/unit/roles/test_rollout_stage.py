@@ -60,6 +60,21 @@ def test_the_rollout_stages_before_the_drain_and_switches_after() -> None:
     assert "node:main" not in found
 
 
+def test_the_transformers_reference_is_taken_while_the_node_serves() -> None:
+    """The gate fingerprint's reference of the new checkpoint is computed in the staging (the
+    node in rotation); the gate after the switch reads the same cache file."""
+    found = steps("rollout", "main.yml")
+    assert found.index("node:stage") < found.index("fingerprint_gate:reference")
+    assert found.index("fingerprint_gate:reference") < found.index("rescue:")
+    assert found.index("fingerprint_gate:reference") < found.index("gateway:drain")
+    ref = load("fingerprint_gate", "reference.yml")[1]["instinct.vllm.fingerprint"]
+    gate = load("fingerprint_gate", "fingerprint.yml")[2]["instinct.vllm.fingerprint"]
+    assert ref["reference_only"] is True
+    assert ref["reference_cache"] == "{{ _fingerprint_gate_reference_cache }}"
+    assert gate["reference_cache"].startswith("{{ _fingerprint_gate_reference_cache if")
+    assert ref["reference_model_path"] == "{{ _fingerprint_gate_model_path }}"
+
+
 def test_a_staging_failure_is_not_rescued_by_the_drain_maint_rescue() -> None:
     """The staging's own rescue only reports and stops: no gateway state, no rollback; the
     block that holds the node out (maint) starts at the drain, after the staging."""

@@ -128,3 +128,35 @@ def test_an_unexpected_error_of_the_reference_fails_with_its_reason(endpoint, ca
     result = run(capsys, endpoint, reference_model_path=str(tmp_path))
     assert result["failed"] and result["refused"] is False
     assert result["msg"] == "ImportError: Using `low_cpu_mem_usage=True` requires Accelerate"
+
+
+def test_reference_only_takes_the_reference_once_and_asks_no_endpoint(served, capsys, tmp_path,
+                                                                      monkeypatch):
+    """The rollout's staging: the transformers reference into the cache while the node still
+    serves; the gate after the switch reads it. No endpoint is asked (base_url is empty)."""
+    from ansible_collections.instinct.vllm.plugins.module_utils import fingerprint as fpu
+
+    endpoint, handler = served
+    scored = fpu.Fingerprint.from_dict(run(capsys, endpoint)["fingerprint"]).scored
+    asked, computed = len(handler.seen), []
+    monkeypatch.setattr(fpu, "check_fits", lambda _path: "")
+    monkeypatch.setattr(fpu, "compute", lambda *args: computed.append(args) or scored)
+    model, cache = tmp_path / "model", tmp_path / "cache" / "reference.json"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"x")
+    args = {"reference_only": True, "reference_model_path": str(model),
+            "reference_cache": str(cache), "_ansible_check_mode": False}
+    first = run(capsys, "", **args)
+    assert first["changed"] and cache.exists() and len(computed) == 1, first
+    assert "verdicts" not in first and "taken" in first["msg"]
+    again = run(capsys, "", **args)
+    assert not again["changed"] and len(computed) == 1 and "cache" in again["msg"]
+    assert len(handler.seen) == asked
+    gate = run(capsys, endpoint, reference_model_path=str(model), reference_cache=str(cache))
+    assert gate["ok"] and gate["verdicts"]["transformers"]["max_abs"] == 0.0
+    assert len(computed) == 1 and len(handler.seen) > asked
+
+
+def test_reference_only_needs_the_model_and_the_cache(capsys, tmp_path):
+    result = run(capsys, "", reference_only=True, reference_model_path=str(tmp_path))
+    assert result["failed"] and "reference_cache" in result["msg"]
