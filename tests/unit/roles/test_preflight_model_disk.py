@@ -25,7 +25,12 @@ CASES = {
         "model_dest_path": "/scratch/m",
     },
     "unset": {},
+    # on disk (under tmp, see rendered): a rerun, and a node that has the source only
+    "rerun": {"model_source": "huggingface", "model_name": "m"},
+    "source-only": {"model_source": "url", "model_name": "m"},
 }
+ON_DISK = {"rerun": (".instinct-hf-snapshot", "model_convert_manifest.json"),
+           "source-only": ("config.json",)}
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +39,11 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     play = [{
         "hosts": "all",
         "gather_facts": False,
-        "vars_files": [f"{PREFLIGHT}/defaults/main.yml"],
+        "vars_files": [f"{PREFLIGHT}/defaults/main.yml", f"{PREFLIGHT}/vars/main.yml"],
         "tasks": [
             # what role preflight's dependency model_facts does
             {"ansible.builtin.include_role": {"name": "instinct.vllm.model_facts"}},
+            {"ansible.builtin.include_tasks": f"{PREFLIGHT}/tasks/model_on_disk.yml"},
             {"ansible.builtin.copy": {
                 "dest": f"{tmp}/{{{{ inventory_hostname }}}}.json", "mode": "0600",
                 "content": "{{ {'copies': preflight_model_copies,"
@@ -47,6 +53,13 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     hosts = {name: {**local, **case} for name, case in CASES.items()}
+    for name, files in ON_DISK.items():
+        root = tmp / name
+        hosts[name]["model_root"] = str(root)
+        for file in files:
+            done = root / ("m" if file == "model_convert_manifest.json" else "m-src") / file
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text("{}")
     (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
     run = run_local_playbook(tmp / "play.yml", {}, str(tmp / "hosts.yml"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
@@ -62,7 +75,11 @@ def test_the_copies_and_the_path_follow_role_models_variables(rendered) -> None:
         "hf-unconverted": {"copies": ["source (huggingface)"], "path": "/scratch/m"},
         # nothing set: role model's own defaults, as role model would write it
         "unset": {"copies": [f"source ({unset_source})", "converted copy"], "path": unset_dir},
+        # complete copies on the node need no room
+        "rerun": {"copies": [], "path": rendered["rerun"]["path"]},
+        "source-only": {"copies": ["converted copy"], "path": rendered["source-only"]["path"]},
     }
+    assert rendered["rerun"]["path"].endswith("/rerun/m")
 
 
 def test_preflight_reads_role_models_fact_not_its_variables() -> None:
