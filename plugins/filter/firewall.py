@@ -52,7 +52,7 @@ def _fact_addresses(hv: Mapping[str, Any]) -> list[str] | None:
     for name in _FACTS:
         value = facts.get(name, hv.get(f"ansible_{name}"))
         if value is not None:
-            found = (found or []) + [str(a).split("%")[0] for a in _as_list(value)]
+            found = (found or []) + [str(a).split("%", maxsplit=1)[0] for a in _as_list(value)]
     return found
 
 

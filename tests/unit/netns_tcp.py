@@ -44,7 +44,7 @@ def serve(port: int, family: socket.AddressFamily) -> None:
         server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     server.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", port))
     server.listen(16)
-    threading.Thread(target=lambda: [server.accept()[0].close() for _ in iter(int, 1)],
+    threading.Thread(target=lambda: [server.accept()[0].close() for _conn in iter(int, 1)],
                      daemon=True).start()
 
 

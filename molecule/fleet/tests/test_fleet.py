@@ -337,7 +337,6 @@ class GatewayWatch:
         return left, back
 
 
-
 CONNECT_PY = (
     "import socket,sys\ns=socket.socket();s.settimeout(3)\n"
     "try:\n s.connect((sys.argv[1],int(sys.argv[2])));print('open')\n"
@@ -435,7 +434,7 @@ def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedPro
     out, engine, gates = back - left, ready - start, back - ready
     figures.append(f"  {node}: staged {staged[node]:.0f} s in rotation; out of rotation "
                    f"{out:.0f} s (engine start {engine:.0f} s, gates and back UP {gates:.0f} s); "
-                   f"gateway states {[s for _, s in watch.changes[node]]}")
+                   f"gateway states {[state for _when, state in watch.changes[node]]}")
     recorded["restarts"][node].update(staging_s=round(staged[node], 1),
                                       out_of_rotation_s=round(out, 1))
     assert left < start < ready < back, (node, left, start, ready, back)
