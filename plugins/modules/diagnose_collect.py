@@ -73,9 +73,10 @@ options:
     type: str
     default: ""
   source_work_dir:
-    description: Where the source method keeps its per-key build directories and build.log.
+    description: Where the source method keeps its per-key build directories and build.log
+      (role vllm's vllm_source_work_dir).
     type: path
-    default: /var/lib/instinct-vllm/source
+    required: true
   build_log:
     description: The build log; empty finds it from the stamp's key (else the newest).
     type: str
@@ -204,7 +205,7 @@ def main() -> None:
             "user": {"type": "str", "required": True},
             "env_file": {"type": "path", "required": True},
             "stamp": {"type": "str", "default": ""},
-            "source_work_dir": {"type": "path", "default": "/var/lib/instinct-vllm/source"},
+            "source_work_dir": {"type": "path", "required": True},
             "build_log": {"type": "str", "default": ""},
             "model_path": {"type": "str", "default": ""},
             "journal_lines": {"type": "int", "default": 400},

@@ -34,6 +34,21 @@ def test_the_venv_path_is_written_once() -> None:
     assert found == ALLOWED, f"{VENV} restated outside role vllm: {found}"
 
 
+def test_the_source_work_dir_is_role_vllms_alone() -> None:
+    """vllm_source_work_dir's default is role vllm's: roles diagnose and benchmark read the
+    variable (role vllm's defaults are public after vllm_facts), module diagnose_collect requires
+    it; none restates the path."""
+    work = yaml.safe_load((ROOT / "roles" / "vllm" / "defaults" / "main.yml").read_text())[
+        "vllm_source_work_dir"
+    ]
+    found = {}
+    for path in [*_sources(), *(ROOT / "plugins" / "modules").glob("diagnose_collect.py")]:
+        text = path.read_text(errors="replace")
+        if work in text or "vllm_source_work_dir | default" in text:
+            found[str(path.relative_to(ROOT))] = text.count(work)
+    assert found == {"roles/vllm/defaults/main.yml": 1, "roles/vllm/meta/argument_specs.yml": 1}
+
+
 def test_the_readers_depend_on_vllm_facts() -> None:
     for role in ("model", "vllm_service"):
         meta = yaml.safe_load((ROOT / "roles" / role / "meta" / "main.yml").read_text())

@@ -33,7 +33,8 @@ def quick_collectors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run(capsys: pytest.CaptureFixture[str], dest: Path, name: str = "node1") -> dict[str, Any]:
     params = {"dest": str(dest), "name": name, "env_file": str(dest.parent / "absent.env"),
-              "venv": "/opt/vllm/venv", "unit": "vllm.service", "user": "vllm"}
+              "venv": "/opt/vllm/venv", "unit": "vllm.service", "user": "vllm",
+              "source_work_dir": str(dest.parent / "source")}
     with patch_module_args(params), pytest.raises(SystemExit):
         diagnose_collect.main()
     return json.loads(capsys.readouterr().out)
@@ -123,11 +124,11 @@ def test_a_name_that_is_not_a_file_name_is_refused(tmp_path: Path, name: str,
     assert result["failed"] and result["msg"].startswith("name:")
 
 
-@pytest.mark.parametrize("missing", ["venv", "unit", "user", "env_file"])
+@pytest.mark.parametrize("missing", ["venv", "unit", "user", "env_file", "source_work_dir"])
 def test_the_service_facts_are_arguments_not_defaults(capsys, tmp_path, missing) -> None:
     """Role diagnose passes role vllm_service's published facts; the module restates none."""
     params = {"dest": str(tmp_path / "out"), "name": "node1", "venv": "/v", "unit": "u.service",
-              "user": "u", "env_file": "/e.env"}
+              "user": "u", "env_file": "/e.env", "source_work_dir": "/s"}
     del params[missing]
     with patch_module_args(params), pytest.raises(SystemExit):
         diagnose_collect.main()
