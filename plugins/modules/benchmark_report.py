@@ -43,7 +43,8 @@ options:
     description:
       - C(min_output_throughput) (tokens/s), C(max_ttft_p99_ms), C(max_tpot_p99_ms),
         C(max_failed_requests) per target and level; C(max_throughput_drop),
-        C(max_ttft_p99_increase), C(max_tpot_p99_increase) as fractions against the baseline.
+        C(max_ttft_p50_increase), C(max_ttft_p99_increase), C(max_tpot_p99_increase) as
+        fractions against the baseline.
         A null value is off.
     type: dict
     default: {}

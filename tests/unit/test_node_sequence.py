@@ -62,8 +62,13 @@ def _site_tasks() -> list[dict[str, Any]]:
 
 
 def _rollout_tasks() -> list[dict[str, Any]]:
-    play = _node_play("rolling_update.yml")
-    assert [r["role"] for r in play["roles"]] == ["instinct.vllm.rollout"]
+    pick, canary, rest = yaml.safe_load((PLAYBOOKS / "rolling_update.yml").read_text())
+    assert _roles(pick["tasks"]) == ["rollout:canary"]
+    assert [r["role"] for r in canary["roles"]] == [r["role"] for r in rest["roles"]] == [
+        "instinct.vllm.rollout"]
+    assert canary["roles"][0]["rollout_canary"] is True and "rollout_canary" not in rest["roles"][0]
+    assert (canary["hosts"], rest["hosts"]) == ("instinct_vllm_rollout_canary",
+                                                "instinct_vllm_rollout_rest")
     tasks = ROLES / "rollout" / "tasks"  # main.yml and the staging it imports
     return [task for entry in ("main.yml", "stage.yml")
             for task in yaml.safe_load((tasks / entry).read_text())]

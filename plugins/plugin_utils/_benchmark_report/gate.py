@@ -20,6 +20,7 @@ THRESHOLDS: dict[str, str] = {
     "max_tpot_p99_ms": "TPOT p99 (ms), at most",
     "max_failed_requests": "failed requests per level, at most",
     "max_throughput_drop": "fraction output tokens/s may fall below the baseline (0.1 = 10 %)",
+    "max_ttft_p50_increase": "fraction TTFT p50 may rise above the baseline",
     "max_ttft_p99_increase": "fraction TTFT p99 may rise above the baseline",
     "max_tpot_p99_increase": "fraction TPOT p99 may rise above the baseline",
 }
@@ -64,7 +65,7 @@ class Comparison:
         return self.value / self.baseline if self.baseline else float("inf")
 
 
-COMPARED = ("output_throughput", "p99_ttft_ms", "p99_tpot_ms")
+COMPARED = ("output_throughput", "p50_ttft_ms", "p99_ttft_ms", "p99_tpot_ms")
 
 
 def compare(current: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[Comparison]:
@@ -134,6 +135,7 @@ def evaluate(
                     f"{c.ratio:.0%} of {c.baseline:.1f} (floor {floor:.0%})"
                 )
         for key, metric in (
+            ("max_ttft_p50_increase", "p50_ttft_ms"),
             ("max_ttft_p99_increase", "p99_ttft_ms"),
             ("max_tpot_p99_increase", "p99_tpot_ms"),
         ):

@@ -109,6 +109,24 @@ def test_baseline_same_run_passes_and_regression_fails(tmp_path: Path) -> None:
     assert "## Against the baseline" in worse["markdown"]
 
 
+def test_ttft_p50_against_the_baseline(tmp_path: Path) -> None:
+    """The canary's bound on the median: TTFT p50 up 60 % fails max_ttft_p50_increase 0.5, with
+    p99 unchanged; within it passes."""
+    first = br.build_report([RECORDED], ["serving-node"], tmp_path / "a", META, {})
+    slow = recorded()
+    slow["p50_ttft_ms"] *= 1.6
+    files = results(tmp_path / "slow", **{"serving-node-c2": slow})
+    worse = br.build_report(files, ["serving-node"], tmp_path / "b", META,
+                            {"max_ttft_p50_increase": 0.5}, baseline=first["summary_file"])
+    assert not worse["passed"]
+    assert [v.split(":")[0] for v in worse["violations"]] == [
+        "benchmark_thresholds.max_ttft_p50_increase"]
+    assert "160%" in worse["violations"][0]
+    ok = br.build_report(files, ["serving-node"], tmp_path / "c", META,
+                         {"max_ttft_p50_increase": 0.7}, baseline=first["summary_file"])
+    assert ok["passed"], ok["violations"]
+
+
 def test_new_node_compared_with_the_baseline_nodes_mean(tmp_path: Path) -> None:
     first = br.build_report([RECORDED], ["serving-node"], tmp_path / "a", META, {})
     files = results(tmp_path / "n", **{"node-9-c2": recorded()})
