@@ -57,11 +57,12 @@ def test_map_names_the_groups_the_plays_run_on():
                          "vllm_service (stage), vllm_service (switch) |")
     rollout = next(line for line in table.splitlines()
                    if line.startswith("| `playbooks/rolling_update.yml` |"))
-    # role rollout: the entry point stage of role node, then its switch
+    # role rollout: the entry point stage of role node, the fingerprint's reference, then
+    # role node's switch
     assert rollout.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
                             "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
-                            "vllm (contract), firewall, vllm_service (stage), node (switch), "
-                            "vllm_service (switch) |")
+                            "vllm (contract), firewall, vllm_service (stage), "
+                            "fingerprint_gate (reference), node (switch), vllm_service (switch) |")
 
 
 @pytest.fixture
