@@ -77,6 +77,9 @@ def node_record(result: Mapping[str, Any], node: str, fingerprint: Mapping[str, 
         "references": list(result.get("references") or []),
         "baseline_key": result.get("baseline_key", ""),
         "baseline_found": bool(result.get("baseline_found")),
+        # seconds the transformers reference took here; 0: read from the node's cache (a
+        # rollout takes it while the node still serves)
+        "reference_seconds": float(result.get("reference_seconds") or 0),
         "meta": dict((fingerprint or {}).get("meta") or {}),
         "baseline_meta": dict((baseline or {}).get("meta") or {}),
         "verdicts": {name: {k: v.get(k) for k in SUMMARY_FIELDS} for name, v in verdicts.items()},

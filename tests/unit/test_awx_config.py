@@ -454,7 +454,7 @@ def _expected_defaults() -> dict[str, Any]:
     """What a node gets without the survey: inventories/mi300x, else the role's default."""
     stacks = yaml.safe_load((ROOT / "files" / "stacks.yml").read_text())
     expected: dict[str, Any] = {"instinct_vllm_stack": stacks["default"]}
-    for role in ("model", "vllm_service", "rocm"):
+    for role in ("model", "vllm_service", "rocm", "rollout"):
         expected |= {name: o["default"] for name, o in _role_spec(role).items() if "default" in o}
     inventory = _load(ROOT / "inventories" / "mi300x" / "group_vars" / "vllm_nodes" / "main.yml")
     expected |= {k: v for k, v in inventory.items() if not (isinstance(v, str) and "{{" in v)}

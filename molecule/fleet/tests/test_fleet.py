@@ -11,6 +11,7 @@ from the controller's fingerprint directory the rollouts are given (FINGERPRINTS
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -39,6 +40,9 @@ CONF = "/etc/haproxy/instinct"
 JOURNAL_UNITS = ["haproxy.service", "vllm.service"]
 # Role fingerprint_gate's controller directory for the rollouts: baselines, nodes/<host>.json.
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-fingerprints"
+# Role rollout's gate benchmark (the canary's) on the controller: runs/ and baseline.json.
+CANARY = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-canary"
+VENV_R2 = "/opt/vllm/venv-r2"  # runs 1-3's vLLM venv, installed by the staging of run 1
 # The rollout's stop message when the gate fingerprint's last task failed (role rollout).
 FAILED_AT_FINGERPRINT = re.compile(r"fleet-node1 failed its switch or gate at task "
                                    r"'(instinct\.vllm\.fingerprint_gate : )?Gate the node on its "
@@ -387,7 +391,8 @@ def rollout(ca: str, change: str, *extra: str,
         watch.start()
     t0 = time.monotonic()
     run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}",
-                   "-e", f"instinct_vllm_fingerprint_baseline_dir={FINGERPRINTS}", *extra)
+                   "-e", f"instinct_vllm_fingerprint_baseline_dir={FINGERPRINTS}",
+                   "-e", f"instinct_vllm_canary_benchmark_dir={CANARY}", *extra)
     seconds = time.monotonic() - t0
     if watch:
         watch.stop()
@@ -447,6 +452,7 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     import shutil
 
     shutil.rmtree(FINGERPRINTS, ignore_errors=True)  # no baseline of an earlier run
+    shutil.rmtree(CANARY, ignore_errors=True)
     before = {n: main_pid(n) for n in NODES}
     watch = GatewayWatch()
     run, outcomes, seconds = rollout(ca, "change-good.yml", watch=watch)
@@ -470,6 +476,18 @@ def test_rolling_update_loses_no_request(ca, figures, results):
         out_of_rotation(node, watch, run, start, ready, figures, recorded)
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
+        assert f"{VENV_R2}/bin/" in unit, unit  # the venv staged beside the running one
+    # The canary (fleet-node1) rolled first, with the gate benchmark: its run, the first, has
+    # no baseline and became it; fleet-node2 rolled after it without that gate.
+    canary_runs = sorted((CANARY / "runs").glob("*/summary.json"))
+    baseline = json.loads((CANARY / "baseline.json").read_text())
+    tput = {c: round(m["output_throughput"], 1)
+            for c, m in baseline["targets"]["fleet-node1"].items()}
+    figures.append(f"  canary fleet-node1: gate benchmark {len(canary_runs)} run(s); baseline "
+                   f"output tok/s by concurrency {tput}")
+    assert len(canary_runs) == 1 and baseline["nodes"] == ["fleet-node1"], baseline["nodes"]
+    assert run.stdout.index("PLAY [Roll the canary with every gate]") < run.stdout.index(
+        "PLAY [Roll the other vLLM nodes")
     servers = gateway_servers()
     assert {n: servers[n]["status"] for n in NODES} == dict.fromkeys(NODES, "UP")
     # The gate fingerprint passed on both: the same weights in a new directory.
@@ -483,6 +501,11 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     assert first["meta"]["revision"] == R2 and not first["baseline_found"]
     assert second["ok"] and second["baseline_found"], second["msg"]  # fleet-node1's baseline
     assert second["verdicts"]["baseline"]["ok"] and second["consensus"]["status"] == "skipped"
+    # The transformers reference of the new revision was taken while each node still served
+    # (the staging): the gate read it from the node's cache (0 s there).
+    for node, verdict in (("fleet-node1", first), ("fleet-node2", second)):
+        assert verdict["verdicts"]["transformers"]["ok"], (node, verdict["msg"])
+        assert verdict["reference_seconds"] == 0, (node, verdict["reference_seconds"])
     # The nodes serve max-model-len 512: the prompts longer than that are left out, as vLLM's
     # /v1/models says, and the verdict lists them.
     left_out = second["verdicts"]["baseline"]["left_out"]
@@ -493,10 +516,13 @@ def test_rolling_update_loses_no_request(ca, figures, results):
 def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, results):
     figures.append(f"run 2's revision on fleet-node1: {scaled_revision()}")
     before = {n: main_pid(n) for n in NODES}
-    run, outcomes, seconds = rollout(ca, "change-bad-node1.yml")
+    # fleet-node1 is the canary: held out, not rolled back (the canary's default is tried by
+    # run 3)
+    run, outcomes, seconds = rollout(ca, "change-bad-node1.yml",
+                                     "-e", "instinct_vllm_canary_rollback=false")
     bad = failed(outcomes)
-    figures.append(f"run 2 (fleet-node1 fails its gate): rolling_update.yml rc={run.returncode} "
-                   f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+    figures.append(f"run 2 (canary fleet-node1 fails its gate, no rollback): rolling_update.yml "
+                   f"rc={run.returncode} in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
     record(results, "rollout_gate_fails", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
     out = " ".join(run.stdout.split())
@@ -520,23 +546,29 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
     assert servers["fleet-node1"]["status"] == "MAINT"
     assert servers["fleet-node2"]["status"] == "UP"
     assert main_pid("fleet-node2") == before["fleet-node2"]
-    # The rollout never reached it (it only scored fleet-node1's answers there, a task shown as
-    # "fleet-node1 -> fleet-node2").
-    assert "[fleet-node2]" not in run.stdout
+    # The rollout never reached it: after the canary's split, it only scored fleet-node1's
+    # answers there (a task shown as "fleet-node1 -> fleet-node2"); the rest's play never ran.
+    assert "[fleet-node2]" not in canary_play(run)
+    assert "PLAY [Roll the other vLLM nodes" not in run.stdout
     # The other node serves alone.
     assert openai_client(ca).models.list().data[0].id == MODEL
 
 
+def canary_play(run: subprocess.CompletedProcess) -> str:
+    """The rollout's output from the canary's play on (the split before it names every node)."""
+    return run.stdout.split("PLAY [Roll the canary with every gate]", 1)[1]
+
+
 def test_rollback_restores_the_last_good_release(ca, figures, results):
-    """The same failing change with instinct_vllm_rollback: fleet-node1 goes back to what its
-    last passed gate saved (run 1's unit), is gated again and put back; the run still fails."""
+    """The same failing change with the canary's default (instinct_vllm_canary_rollback):
+    fleet-node1 goes back to what its last passed gate saved (run 1's unit), is gated again -
+    the benchmark against its run 1 included - and put back; the run still fails."""
     good = sh("fleet-node1", "cat /var/lib/instinct-vllm/release/last-good.service")
     assert "--max-model-len 512" in good and "demo-gptoss-legacy-r2" in good
     assert SCALED not in good
-    run, outcomes, seconds = rollout(ca, "change-bad-node1.yml",
-                                     "-e", "instinct_vllm_rollback=true")
+    run, outcomes, seconds = rollout(ca, "change-bad-node1.yml")
     bad = failed(outcomes)
-    figures.append(f"run 3 (same failure, instinct_vllm_rollback=true): rc={run.returncode} "
+    figures.append(f"run 3 (same failure, the canary rolled back by default): rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
     record(results, "rollout_rollback", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
@@ -545,7 +577,12 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     assert FAILED_AT_FINGERPRINT.search(" ".join(run.stdout.split())), run.stdout[-5000:]
     assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
     assert gateway_servers()["fleet-node1"]["status"] == "UP"
-    assert "[fleet-node2]" not in run.stdout
+    assert "[fleet-node2]" not in canary_play(run)
+    assert "PLAY [Roll the other vLLM nodes" not in run.stdout
+    # The gate benchmark judged the rolled-back canary against its run 1: a second run, passed.
+    runs = sorted((CANARY / "runs").glob("*/summary.json"))
+    figures.append(f"  canary's gate benchmark runs after run 3: {len(runs)}")
+    assert len(runs) == 2, runs  # run 1's and the re-gate's (run 3's failed at fingerprint first)
     # Gated again on run 1's revision: the baseline fleet-node1 recorded then, and fleet-node2.
     verdict = last_fingerprint("fleet-node1")
     assert verdict["ok"] and verdict["meta"]["revision"] == R2, verdict["msg"]

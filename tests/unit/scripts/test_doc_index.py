@@ -55,11 +55,16 @@ def test_map_names_the_groups_the_plays_run_on():
     assert site.endswith("| node, stack, vllm_service_facts, model_facts, preflight, rocm, vllm, "
                          "vllm_facts, model, vllm_service (publish), vllm (contract), firewall, "
                          "vllm_service (stage), vllm_service (switch) |")
-    rollout = next(line for line in table.splitlines()
-                   if line.startswith("| `playbooks/rolling_update.yml` |"))
+    pick, canary, rest = [line for line in table.splitlines()
+                          if line.startswith("| `playbooks/rolling_update.yml` |")]
+    assert pick.endswith("| `vllm_nodes` (`instinct_vllm_hosts`) | stack, vllm_service_facts, "
+                         "rollout (canary) |")
+    assert "| `instinct_vllm_rollout_canary` |" in canary
+    assert "| `instinct_vllm_rollout_rest` |" in rest
     # role rollout: the entry point stage of role node, the fingerprint's reference, then
-    # role node's switch
-    assert rollout.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
+    # role node's switch; the canary and the rest alike
+    assert canary.split(" | ")[-1] == rest.split(" | ")[-1]
+    assert rest.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
                             "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
                             "vllm (contract), firewall, vllm_service (stage), "
                             "fingerprint_gate (reference), node (switch), vllm_service (switch) |")

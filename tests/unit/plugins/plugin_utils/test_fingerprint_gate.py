@@ -78,13 +78,14 @@ def test_the_node_record_keeps_summaries_and_both_metas() -> None:
     consensus = fingerprint_consensus([_peer("n2", 0.5)])
     result = {"ok": False, "error": "", "msg": "m", "references": ["baseline", "consensus"],
               "baseline_key": "k", "baseline_found": True, "consensus": consensus,
-              "verdicts": {"baseline": verdict, "consensus": consensus}}
+              "verdicts": {"baseline": verdict, "consensus": consensus}, "reference_seconds": "2.5"}
     meta = {"revision": "/srv/models/r2", "stack": "cpu", "flags": {"dtype": "float32"}}
     record = fingerprint_record(result, node="n1", fingerprint={"meta": meta, "scored": []},
                                 baseline={"meta": {**meta, "revision": "/srv/models/r1"}},
                                 time="2026-12-03T08:00:00+00:00")
     assert record["node"] == "n1" and not record["ok"] and record["meta"] == meta
     assert record["baseline_meta"]["revision"] == "/srv/models/r1"
+    assert record["reference_seconds"] == 2.5  # the result's string, a number in the record
     assert set(record["verdicts"]["baseline"]) == {"ok", "summary", "max_abs", "mean_abs",
                                                    "agreement", "greedy_mismatches", "left_out"}
     assert record["consensus"]["status"] == "failed" and record["consensus"]["peer"] == "n2"
