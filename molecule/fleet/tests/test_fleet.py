@@ -522,7 +522,8 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
                                      "-e", "instinct_vllm_canary_rollback=false")
     bad = failed(outcomes)
     figures.append(f"run 2 (canary fleet-node1 fails its gate, no rollback): rolling_update.yml "
-                   f"rc={run.returncode} in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
+                   f"rc={run.returncode} in {seconds:.0f} s; client requests {len(outcomes)}, "
+                   f"failed {len(bad)}")
     record(results, "rollout_gate_fails", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
     out = " ".join(run.stdout.split())
