@@ -235,8 +235,12 @@ def test_the_rollout_restarted_the_engine_with_the_change(host) -> None:
     gate = stats["instinct_vllm_fingerprint"]["awx-node"]
     assert gate["ok"] and gate["baseline"].startswith("/var/lib/instinct-vllm/fingerprints/"), gate
     assert gate["consensus"].startswith("skipped: no node is left unchanged"), gate
+    # The one node is the canary: its gate benchmark ran, the first, so without a baseline.
+    canary = stats["instinct_vllm_benchmark"]
+    assert canary["passed"] is True and canary["violations"] == [], canary
+    assert canary["baseline"] is None, canary
     assert set(stats) <= {"instinct_vllm_rollout", "instinct_vllm_fingerprint",
-                          "instinct_vllm_fingerprint_baselines"}
+                          "instinct_vllm_fingerprint_baselines", "instinct_vllm_benchmark"}
     # The workflow's verify asked for the new name, and every check passed.
     assert verify_result("awx-rollout-verify")["model"] == ROLLED_NAME
 
