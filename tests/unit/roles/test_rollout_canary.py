@@ -75,4 +75,3 @@ def test_a_negative_canary_fails_naming_the_variable(tmp_path) -> None:
     rc, lines, out = roll(tmp_path, instinct_vllm_canary=-1)
     assert rc != 0 and not lines
     assert "instinct_vllm_canary" in out, out[-3000:]
-

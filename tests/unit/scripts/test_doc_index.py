@@ -65,9 +65,9 @@ def test_map_names_the_groups_the_plays_run_on():
     # role node's switch; the canary and the rest alike
     assert canary.split(" | ")[-1] == rest.split(" | ")[-1]
     assert rest.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
-                            "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
-                            "vllm (contract), firewall, vllm_service (stage), "
-                            "fingerprint_gate (reference), node (switch), vllm_service (switch) |")
+                         "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
+                         "vllm (contract), firewall, vllm_service (stage), "
+                         "fingerprint_gate (reference), node (switch), vllm_service (switch) |")
 
 
 @pytest.fixture
