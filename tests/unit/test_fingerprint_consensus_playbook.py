@@ -65,6 +65,8 @@ def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
         "vllm_service_flags": {"dtype": "float32"},
         "instinct_vllm_fingerprint_baseline_dir": str(tmp / "baselines"),
         "instinct_vllm_fingerprint_references": ["baseline", "consensus"],
+        # the rollout's nodes: the consensus asks those of them not changed yet
+        "instinct_vllm_hosts": "all",
     }
     path = tmp / "hosts.yml"
     path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": common}}))
