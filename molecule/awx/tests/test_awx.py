@@ -136,21 +136,28 @@ def node_tasks(ident: str) -> list[dict]:
     ]
 
 
-def publish_tasks() -> set[str]:
-    """Task names of role vllm_service's entry point publish (the serving facts, no change)."""
-    tasks = yaml.safe_load((REPO / "roles/vllm_service/tasks/publish.yml").read_text())
+def publish_tasks(role: str = "vllm_service") -> set[str]:
+    """Task names of a role's entry point publish (its facts, worked out on the controller, no
+    change on the node): vllm_service's serving facts, vllm's venv python, model's place."""
+    tasks = yaml.safe_load((REPO / f"roles/{role}/tasks/publish.yml").read_text())
     return {t["name"] for t in tasks if "name" in t}
 
 
+# The roles that publish facts (entry point publish) and the internal roles that include them.
+FACT_ROLES = {"vllm_service_facts", "vllm_service", "vllm_facts", "vllm", "model_facts", "model"}
+
+
 def test_preflight_only_checked() -> None:
-    """playbooks/preflight.yml: roles stack and preflight, and vllm_service's published facts
-    (through vllm_service_facts: what preflight reads of the server's flags); nothing changed."""
+    """playbooks/preflight.yml: roles stack and preflight, and the facts preflight reads -
+    vllm_service's (the server's flags), vllm's (the venv) and model's (where the model goes),
+    each through its entry point publish; nothing changed."""
     ran = node_tasks("awx-preflight")
     roles = {role_of(d) for d in ran}
-    assert roles == {"stack", "preflight", "vllm_service_facts", "vllm_service"}, roles
-    of_service = {d["task"] for d in ran if role_of(d) == "vllm_service"}
-    of_service = {t for t in of_service if not t.startswith("Validating arguments")}
-    assert of_service and of_service <= publish_tasks(), of_service
+    assert roles == {"stack", "preflight"} | FACT_ROLES, roles
+    for role in ("vllm_service", "vllm", "model"):
+        done = {d["task"] for d in ran if role_of(d) == role}
+        done = {t for t in done if not t.startswith("Validating arguments")}
+        assert done and done <= publish_tasks(role), (role, done)
     assert not [d["task"] for d in ran if d.get("res", {}).get("changed")]
     assert extravars("awx-preflight")["instinct_vllm_stack"] == "cpu"
 
@@ -285,14 +292,14 @@ def test_job_tags_ran_the_unit_part_only() -> None:
         if not d["task"].startswith("Validating arguments against arg spec")
     ]
     # node: the node sequence's include steps; vllm_service_facts: the published facts
-    assert {role_of(d) for d in ran} <= {
-        "", "node", "stack", "vllm", "vllm_service", "vllm_service_facts"
-    }, {role_of(d) for d in ran}
-    # of role vllm only its fact vllm_attention (tasks/attention.yml, tagged always): the unit's
-    # environment is rendered from it
+    assert {role_of(d) for d in ran} <= {"", "node", "stack"} | FACT_ROLES, {
+        role_of(d) for d in ran}
+    # of role vllm only its facts: vllm_attention (tasks/attention.yml, tagged always: the
+    # unit's environment is rendered from it) and the venv's python; of role model its place
     attention = yaml.safe_load((REPO / "roles/vllm/tasks/attention.yml").read_text())
-    allowed = {t["name"] for t in attention if "name" in t}
+    allowed = {t["name"] for t in attention if "name" in t} | publish_tasks("vllm")
     assert {d["task"] for d in ran if role_of(d) == "vllm"} <= allowed
+    assert {d["task"] for d in ran if role_of(d) == "model"} <= publish_tasks("model")
     tasks = {d["task"] for d in ran}
     assert "Write the systemd unit" in tasks
     assert any(role_of(d) == "stack" for d in ran)
