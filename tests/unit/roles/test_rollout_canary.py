@@ -35,11 +35,11 @@ def playbook(tmp: Path) -> Path:
     return path
 
 
-def roll(tmp_path: Path, **extra: object) -> tuple[int, list[str], str]:
+def roll(tmp_path: Path, nodes: list[str] = NODES, **extra: object) -> tuple[int, list[str], str]:
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
              "vllm_service_api_key": "k" * 32, "vllm_venv_python": "/opt/vllm/venv/bin/python"}
-    inventory = {"all": {"children": {"vllm_nodes": {"hosts": {n: local for n in NODES}}}}}
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    inventory = {"all": {"children": {"vllm_nodes": {"hosts": {n: local for n in nodes}}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
     run = run_local_playbook(playbook(tmp_path), {**extra}, str(tmp_path / "hosts.yml"))
     rolled = tmp_path / "rolled.txt"
     lines = rolled.read_text().splitlines() if rolled.exists() else []
@@ -69,6 +69,14 @@ def test_a_failed_canary_stops_the_rollout_before_the_rest(tmp_path) -> None:
 def test_a_failed_batch_of_the_rest_stops_the_next_batches(tmp_path) -> None:
     rc, lines, out = roll(tmp_path, fail_on=["n2"])
     assert rc != 0 and lines == ["n1 canary", "n2 rest"], out[-3000:]
+
+
+def test_every_node_rolls_in_inventory_order(tmp_path) -> None:
+    # the groups keep the inventory's order, not the order in which the hosts answered the split
+    nodes = [f"m{i:02d}" for i in range(12, 0, -1)]  # not sorted: inventory order is not by name
+    rc, lines, out = roll(tmp_path, nodes, instinct_vllm_canary=3)
+    assert rc == 0, out[-3000:]
+    assert [line.split()[0] for line in lines] == nodes
 
 
 def test_a_negative_canary_fails_naming_the_variable(tmp_path) -> None:
