@@ -85,6 +85,8 @@ def test_both_include_the_node_sequence_and_name_no_node_role(where: Any) -> Non
     # publishing the serving facts (vllm_service:publish) changes nothing on a node; the
     # rollout's reboot once drained is role rocm's own rule (rocm:pending_reboot: the reboot its
     # staging deferred), not a step of the node sequence
-    allowed = {"vllm_service:publish"} | ({"rocm:pending_reboot"} if where is _rollout_tasks else set())
+    allowed = {"vllm_service:publish"}
+    if where is _rollout_tasks:
+        allowed.add("rocm:pending_reboot")
     named = [r for r in found if r.split(":")[0] in NODE_ROLES and r not in allowed]
     assert not named, f"{where.__name__} runs {named} itself, outside the node sequence"

@@ -30,14 +30,14 @@ LITERAL = re.compile(r"default\(\s*(?:'([^']*)'|\"([^\"]*)\"|(\d+))\s*\)")
 # as facts (a fact is printed by -v): a reader takes them from the inventory, where they may be
 # absent.
 ALLOWED: dict[tuple[str, str], str] = {
-    ("benchmark", "gateway_api_keys"): "a secret: the first gateway host's client keys, from the inventory",
-    ("gateway", "vllm_service_api_key"): "a secret: the nodes' key, from the gateway host's inventory",
-    ("monitoring", "vllm_service_api_key"): "a secret: the nodes' key, from the Prometheus host's inventory",
-    ("fingerprint_gate", "vllm_service_api_key"): "a secret: a peer's own key from its inventory, else the play's",
-    ("diagnose", "model_hf_token"): "a secret: redacted from the archive when the inventory has one",
+    ("benchmark", "gateway_api_keys"): "a secret: the first gateway's client keys (inventory)",
+    ("gateway", "vllm_service_api_key"): "a secret: the nodes' key (the gateway's inventory)",
+    ("monitoring", "vllm_service_api_key"): "a secret: the nodes' key (Prometheus' inventory)",
+    ("fingerprint_gate", "vllm_service_api_key"): "a secret: a peer's own key, else the play's",
+    ("diagnose", "model_hf_token"): "a secret: kept out of the archive when the inventory sets it",
     # an optional inventory input no role publishes (role stack reads it the same way): the
     # extra stacks, for preflight's suggestions of a stack that would fit
-    ("preflight", "instinct_vllm_stacks_extra"): "an optional inventory input, read raw as role stack does",
+    ("preflight", "instinct_vllm_stacks_extra"): "an inventory input, read as role stack does",
 }
 # Values no role owns though several default to them: the distribution's own python.
 SHARED_VALUES = {"/usr/bin/python3"}
@@ -93,7 +93,11 @@ def _files(role: str) -> list[tuple[str, Path]]:
 def _scalars(data: Any) -> list[tuple[str, Any]]:
     """(key, value) of every scalar in a defaults or vars file (a list item: its index)."""
     out: list[tuple[str, Any]] = []
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else []
+    items: Any = []
+    if isinstance(data, dict):
+        items = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
     for key, value in items:
         if isinstance(value, (dict, list)):
             out += _scalars(value)
@@ -111,8 +115,9 @@ def defaulted_restatements(role: str, owners: dict[str, set[str]]) -> list[str]:
             others = owners.get(name, set()) - {role}
             if others and role not in owners.get(name, set()) and (role, name) not in ALLOWED:
                 line = text[: match.start()].count("\n") + 1
-                found.append(f"{path.relative_to(ROOT)}:{line}: {name} | default(...) restates role "
-                             f"{'/'.join(sorted(others))}'s default")
+                owner = "/".join(sorted(others))
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name} | default(...) restates "
+                             f"role {owner}'s default")
     return found
 
 
@@ -126,7 +131,7 @@ def literal_restatements(role: str, values: dict[Any, set[tuple[str, str]]]) -> 
             value = int(number) if number is not None else plain if plain is not None else quoted
             copies.append(("default(...)", value))
         if part in ("defaults", "vars"):
-            copies += [(key, value) for key, value in _scalars(_yaml(path)) if _distinct(key, value)]
+            copies += [(k, v) for k, v in _scalars(_yaml(path)) if _distinct(k, v)]
         for where, value in copies:
             # another role's default (a value two roles both default to: each copies the other)
             others = {(o, n) for o, n in values.get(value, set()) if o != role}

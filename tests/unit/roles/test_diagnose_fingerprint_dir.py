@@ -28,7 +28,9 @@ def test_fingerprint_gate_publishes_where_it_keeps_the_records() -> None:
     assert resolved["baseline_dir"] == "{{ instinct_vllm_fingerprint_baseline_dir }}"
     # publish.yml keeps each node's last fingerprint there (role diagnose's nodes/<host>.json)
     assert resolved["nodes_dir"] == "{{ instinct_vllm_fingerprint_baseline_dir }}/nodes"
-    include = _yaml("fingerprint_gate_facts", "tasks", "main.yml")[0]["ansible.builtin.include_role"]
-    assert include == {"name": "instinct.vllm.fingerprint_gate", "tasks_from": "facts", "public": True}
-    main = [t["ansible.builtin.import_tasks"] for t in _yaml("fingerprint_gate", "tasks", "main.yml")]
+    include = _yaml("fingerprint_gate_facts", "tasks", "main.yml")[0]
+    assert include["ansible.builtin.include_role"] == {
+        "name": "instinct.vllm.fingerprint_gate", "tasks_from": "facts", "public": True}
+    tasks = _yaml("fingerprint_gate", "tasks", "main.yml")
+    main = [t["ansible.builtin.import_tasks"] for t in tasks]
     assert main[0] == "facts.yml"

@@ -5,10 +5,11 @@ plus one Prometheus host in group monitoring, one node moving vLLM's port with
 vllm_service_flags_extra. Real ansible-playbook on localhost, through thin test roles that
 carry the real roles' defaults and vars (so the inventory overrides them as it would the real
 roles'): on each node, role vllm_service's publish.yml (the serving facts role monitoring's
-main.yml publishes); on each gateway, role gateway's published facts (publish.yml) and haproxy.cfg; on the Prometheus host, role
-monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host of its
-group, at its address, on the port that host's role listens on: vLLM at its published port
-(vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
+main.yml publishes); on each gateway, role gateway's publish.yml (the facts the playbook's
+first play publishes) and haproxy.cfg; on the Prometheus host, role monitoring's targets.yml
+and prometheus.yml. Then each scrape target must be a host of its group, at its address, on
+the port that host's role listens on: vLLM at its published port (vllm_service_flags_extra
+counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
 frontend (served by use-service prometheus-exporter); and every host of those groups must be
 scraped. The unit alerts and the dashboard's restart panel select every node's published unit.
 """

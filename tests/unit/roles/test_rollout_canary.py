@@ -18,7 +18,8 @@ NODES = ["n1", "n2", "n3"]
 
 
 def playbook(tmp: Path) -> Path:
-    gateways, pick, canary, rest = yaml.safe_load((ROOT / "playbooks" / "rolling_update.yml").read_text())
+    plays = yaml.safe_load((ROOT / "playbooks" / "rolling_update.yml").read_text())
+    gateways, pick, canary, rest = plays
     which = "{{ 'canary' if rollout_canary | default(false) else 'rest' }}"
     record = {"ansible.builtin.lineinfile": {
         "path": str(tmp / "rolled.txt"), "create": True, "mode": "0600",

@@ -125,13 +125,15 @@ def test_a_rocm_reboot_is_deferred_to_after_the_drain() -> None:
     include = next(t for t in stage if INCLUDE_ROLE in t)
     assert include["vars"]["rocm_reboot_policy"] == "never"
     main = steps("rollout", "main.yml")
-    assert main.index("gateway:drain") < main.index("rocm:pending_reboot") < main.index("node:switch")
+    reboot = main.index("rocm:pending_reboot")
+    assert main.index("gateway:drain") < reboot < main.index("node:switch")
     assert main.count("rocm:pending_reboot") == 1
     assert not (ROLES / "rollout" / "tasks" / "reboot.yml").exists()
     pending = load("rocm", "pending_reboot.yml")
     assert [t["ansible.builtin.import_tasks"] for t in pending] == ["reboot.yml"]
     assert pending[0]["vars"] == {"_rocm_reboot_phase": "pending", "_rocm_reboot_new": []}
-    spec = yaml.safe_load((ROLES / "rocm" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    specs = yaml.safe_load((ROLES / "rocm" / "meta" / "argument_specs.yml").read_text())
+    spec = specs["argument_specs"]
     assert set(spec["pending_reboot"]["options"]) == {"rocm_reboot_policy", "rocm_reboot_timeout"}
     assert all(spec["pending_reboot"]["options"][n] == spec["main"]["options"][n]
                for n in spec["pending_reboot"]["options"])
