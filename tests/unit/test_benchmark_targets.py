@@ -1,7 +1,8 @@
 """Role benchmark's gateway target, from its own defaults and vars: the first host of the
 gateway group (instinct_vllm_gateway_group, default gateways, as gateway.yml and
-rolling_update.yml) gives the URL and the first clear client key; without the group there is no
-gateway run and the nodes' key stays the default."""
+rolling_update.yml) gives the URL it publishes (role gateway's gateway_resolved, published by
+playbooks/benchmark.yml's first play, role gateway_facts) and the first clear client key;
+without the group there is no gateway run and the nodes' key stays the default."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import yaml
 from local_play import ROOT, run_local_playbook
 
 WANTED = ["_benchmark_gateways", "benchmark_gateway_url", "benchmark_gateway_api_key",
-          "benchmark_api_key"]  # fmt: skip
+          "benchmark_api_key", "instinct_vllm_gateway_group"]  # fmt: skip
 INVENTORY = {
     "all": {
         "children": {
@@ -38,7 +39,10 @@ def targets(tmp_path: Path, group: str, extra: dict[str, Any]) -> dict[str, Any]
     variables = {**yaml.safe_load((role / "defaults" / "main.yml").read_text()),
                  **yaml.safe_load((role / "vars" / "main.yml").read_text())}
     out = tmp_path / "targets.json"
-    probe = [{
+    # playbooks/benchmark.yml's first play: the gateways publish their facts
+    publish = yaml.safe_load((ROOT / "playbooks" / "benchmark.yml").read_text())[0]
+    assert publish["roles"] == [{"role": "instinct.vllm.gateway_facts"}]
+    probe = [publish, {
         "name": "role benchmark's target variables",
         "hosts": "vllm_nodes",
         "gather_facts": False,

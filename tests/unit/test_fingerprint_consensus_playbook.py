@@ -129,3 +129,37 @@ def test_verify_runs_the_fingerprint_on_request_without_consensus(rolled) -> Non
     assert "consensus: skipped: no node is left unchanged" in out
     after = json.loads((tmp / "baselines" / "nodes" / "node-b.json").read_text())
     assert after["ok"] and after["consensus"]["status"] == "skipped"  # the last fingerprint
+
+
+def test_a_peers_unit_is_the_one_the_peer_publishes(tmp_path) -> None:
+    """The consensus reads each peer's own unit: its host variable
+    instinct_vllm_fingerprint_unit_file when the inventory sets one, else the unit file role
+    vllm_service published on the peer (vllm_service_resolved, here an inventory stand-in for
+    the fact) - never this node's."""
+    tasks = ROOT / "roles" / "fingerprint_gate" / "tasks"
+    task = yaml.safe_load((tasks / "consensus.yml").read_text())[0]
+    expression = task["instinct.vllm.fingerprint"]["unit_file"]
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    hosts = {
+        # this node's own unit (role fingerprint_gate's default for it)
+        "node": {**local, "vllm_service_resolved": {"unit_file": "/node/vllm.service"},
+                 "instinct_vllm_fingerprint_unit_file": "/node/vllm.service"},
+        "peer-published": {**local,
+                           "vllm_service_resolved": {"unit_file": "/peer/vllm-b.service"}},
+        "peer-hostvar": {**local, "vllm_service_resolved": {"unit_file": "/peer/vllm.service"},
+                         "instinct_vllm_fingerprint_unit_file": "/srv/peer/vllm.service"},
+    }  # fmt: skip
+    out = tmp_path / "units.json"
+    play = [{"hosts": "node", "gather_facts": False, "tasks": [{
+        "ansible.builtin.copy": {"dest": str(out), "mode": "0600", "content": (
+            "{{ dict(_peers | zip(_peers | map('extract', _units))) | to_json }}")},
+        "vars": {"_peers": ["peer-published", "peer-hostvar"],
+                 "_units": {p: expression.replace("_fingerprint_gate_peer", f"'{p}'")
+                            for p in ("peer-published", "peer-hostvar")}},
+    }]}]  # fmt: skip
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    run = run_local_playbook(tmp_path / "play.yml", {}, inventory=str(tmp_path / "hosts.yml"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert json.loads(out.read_text()) == {"peer-published": "/peer/vllm-b.service",
+                                           "peer-hostvar": "/srv/peer/vllm.service"}

@@ -62,7 +62,10 @@ def _site_tasks() -> list[dict[str, Any]]:
 
 
 def _rollout_tasks() -> list[dict[str, Any]]:
-    pick, canary, rest = yaml.safe_load((PLAYBOOKS / "rolling_update.yml").read_text())
+    gateways, pick, canary, rest = yaml.safe_load((PLAYBOOKS / "rolling_update.yml").read_text())
+    # first the gateways publish their facts (gateway_resolved: the drain's runtime API, backend)
+    assert [r["role"] for r in gateways["roles"]] == ["instinct.vllm.gateway_facts"]
+    assert gateways["gather_facts"] is False and "tasks" not in gateways
     assert _roles(pick["tasks"]) == ["rollout:canary"]
     assert [r["role"] for r in canary["roles"]] == [r["role"] for r in rest["roles"]] == [
         "instinct.vllm.rollout"]
@@ -79,6 +82,11 @@ def test_both_include_the_node_sequence_and_name_no_node_role(where: Any) -> Non
     found = [r.split(":")[0] if r.startswith("node") else r for r in _roles(where())]
     entries = 1 if where is _site_tasks else 2  # the rollout: stage, then switch
     assert found.count("node") == entries, f"{where.__name__}: role node included {found}"
-    # publishing the serving facts (vllm_service:publish) changes nothing on a node
-    named = [r for r in found if r.split(":")[0] in NODE_ROLES and r != "vllm_service:publish"]
+    # publishing the serving facts (vllm_service:publish) changes nothing on a node; the
+    # rollout's reboot once drained is role rocm's own rule (rocm:pending_reboot: the reboot its
+    # staging deferred), not a step of the node sequence
+    allowed = {"vllm_service:publish"}
+    if where is _rollout_tasks:
+        allowed.add("rocm:pending_reboot")
+    named = [r for r in found if r.split(":")[0] in NODE_ROLES and r not in allowed]
     assert not named, f"{where.__name__} runs {named} itself, outside the node sequence"

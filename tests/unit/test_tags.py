@@ -117,13 +117,16 @@ def test_preflight_playbook_runs_preflight_only() -> None:
     playbook = ROOT / "playbooks" / "preflight.yml"
     listed = list_tasks(playbook, "--tags", "preflight")
     assert task_names("preflight", "check.yml") <= {n for r, n, _tags in listed if r == "preflight"}
-    # preflight's dependencies (the stack, the serving facts, where the model goes);
-    # --list-tasks names no role for an include_role: role vllm_service_facts' include of role
-    # vllm_service's publish, role model_facts' of role model's
+    # preflight's dependencies (the stack, the serving facts, where the model goes, role vllm's
+    # variables, role rocm's facts); --list-tasks names no role for an include_role: role
+    # vllm_service_facts' include of role vllm_service's publish, role model_facts' of role
+    # model's, role vllm_facts' of role vllm's, role rocm_facts' of role rocm's
     assert {entry[0] or entry[1] for entry in listed} == {
-        "stack", "vllm_service_facts", "model_facts", "preflight",
+        "stack", "vllm_service_facts", "model_facts", "vllm_facts", "rocm_facts", "preflight",
         "Publish the node's serving facts (role vllm_service, entry point publish)",
-        "Publish where the model goes (role model, entry point publish)"}
+        "Publish where the model goes (role model, entry point publish)",
+        "Publish the virtualenv's python (role vllm, entry point publish)",
+        "Publish role rocm's facts (role rocm, entry point publish)"}
     skipped = list_tasks(playbook, "--skip-tags", "preflight")
     assert not [n for r, n, _tags in skipped if r == "preflight"]
 

@@ -144,7 +144,8 @@ def publish_tasks(role: str = "vllm_service") -> set[str]:
 
 
 # The roles that publish facts (entry point publish) and the internal roles that include them.
-FACT_ROLES = {"vllm_service_facts", "vllm_service", "vllm_facts", "vllm", "model_facts", "model"}
+FACT_ROLES = {"vllm_service_facts", "vllm_service", "vllm_facts", "vllm", "model_facts", "model",
+              "rocm_facts", "rocm"}
 
 
 def test_preflight_only_checked() -> None:
@@ -154,7 +155,7 @@ def test_preflight_only_checked() -> None:
     ran = node_tasks("awx-preflight")
     roles = {role_of(d) for d in ran}
     assert roles == {"stack", "preflight"} | FACT_ROLES, roles
-    for role in ("vllm_service", "vllm", "model"):
+    for role in ("vllm_service", "vllm", "model", "rocm"):
         done = {d["task"] for d in ran if role_of(d) == role}
         done = {t for t in done if not t.startswith("Validating arguments")}
         assert done and done <= publish_tasks(role), (role, done)

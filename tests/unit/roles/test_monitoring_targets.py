@@ -5,10 +5,11 @@ plus one Prometheus host in group monitoring, one node moving vLLM's port with
 vllm_service_flags_extra. Real ansible-playbook on localhost, through thin test roles that
 carry the real roles' defaults and vars (so the inventory overrides them as it would the real
 roles'): on each node, role vllm_service's publish.yml (the serving facts role monitoring's
-main.yml publishes); on each gateway, role gateway's haproxy.cfg; on the Prometheus host, role
-monitoring's targets.yml and prometheus.yml. Then each scrape target must be a host of its
-group, at its address, on the port that host's role listens on: vLLM at its published port
-(vllm_service_flags_extra counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
+main.yml publishes); on each gateway, role gateway's publish.yml (the facts the playbook's
+first play publishes) and haproxy.cfg; on the Prometheus host, role monitoring's targets.yml
+and prometheus.yml. Then each scrape target must be a host of its group, at its address, on
+the port that host's role listens on: vLLM at its published port (vllm_service_flags_extra
+counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
 frontend (served by use-service prometheus-exporter); and every host of those groups must be
 scraped. The unit alerts and the dashboard's restart panel select every node's published unit.
 """
@@ -37,6 +38,7 @@ THIN_ROLES = {
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
     "gateway_render": ("gateway", """
+- ansible.builtin.include_tasks: @ROOT@/roles/gateway/tasks/publish.yml
 - ansible.builtin.set_fact:
     _gateway_backends: [{name: node, address: 127.0.0.1, port: 8000}]
 - ansible.builtin.template:
@@ -188,10 +190,13 @@ def test_every_node_is_scraped_where_vllm_listens(rendered) -> None:
         assert int(port) == int(expected or role_default("vllm_service", "vllm_service_port"))
 
 
-def test_monitoring_falls_back_to_the_gateway_roles_metrics_port() -> None:
-    """A gateway without a gateway_metrics_port hostvar is scraped at role gateway's default."""
-    assert role_default("monitoring", "monitoring_gateway_port") == role_default(
-        "gateway", "gateway_metrics_port")
+def test_monitoring_reads_the_gateways_published_metrics_port() -> None:
+    """The port is the one each gateway publishes (gateway_resolved.metrics_port), no copy of
+    role gateway's default in role monitoring."""
+    assert "monitoring_gateway_port" not in yaml.safe_load(
+        (ROOT / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
+    targets_yml = (ROOT / "roles" / "monitoring" / "tasks" / "targets.yml").read_text()
+    assert "scrape_targets(hostvars, 'gateway_resolved.metrics_port')" in targets_yml
 
 
 def test_the_unit_alerts_watch_every_nodes_unit(rendered) -> None:

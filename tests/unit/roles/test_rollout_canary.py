@@ -1,4 +1,4 @@
-"""The canary of playbooks/rolling_update.yml, run for real on local hosts: its first play (role
+"""The canary of playbooks/rolling_update.yml, run for real on local hosts: its canary play (role
 rollout, entry point canary) puts the first instinct_vllm_canary nodes, in inventory order, into
 the canary group and the rest into the other; the canary's play and the rest's keep the
 playbook's serial and max_fail_percentage, so a canary that fails ends the run before any
@@ -18,14 +18,15 @@ NODES = ["n1", "n2", "n3"]
 
 
 def playbook(tmp: Path) -> Path:
-    pick, canary, rest = yaml.safe_load((ROOT / "playbooks" / "rolling_update.yml").read_text())
+    plays = yaml.safe_load((ROOT / "playbooks" / "rolling_update.yml").read_text())
+    gateways, pick, canary, rest = plays
     which = "{{ 'canary' if rollout_canary | default(false) else 'rest' }}"
     record = {"ansible.builtin.lineinfile": {
         "path": str(tmp / "rolled.txt"), "create": True, "mode": "0600",
         "line": "{{ inventory_hostname }} " + which}}
     fail = {"ansible.builtin.fail": {"msg": "gate failed"},
             "when": "inventory_hostname in (fail_on | default([]))"}
-    plays = [pick]
+    plays = [gateways, pick]  # no gateway in this inventory: the first play has no host
     for play in (canary, rest):
         params = {k: v for k, v in play["roles"][0].items() if k != "role"}
         plays.append({**{k: v for k, v in play.items() if k != "roles"}, "become": False,

@@ -118,17 +118,25 @@ def test_vllm_service_stage_checks_everything_and_writes_nothing_the_unit_reads(
 
 
 def test_a_rocm_reboot_is_deferred_to_after_the_drain() -> None:
+    """The staging runs role rocm with rocm_reboot_policy never; once drained, role rocm's own
+    entry point pending_reboot reboots under the inventory's policy and timeout (no copy of
+    them in role rollout)."""
     stage = load("rollout", "stage.yml")[0]["block"]
     include = next(t for t in stage if INCLUDE_ROLE in t)
     assert include["vars"]["rocm_reboot_policy"] == "never"
     main = steps("rollout", "main.yml")
-    reboot = [t["name"] for t in load("rollout", "reboot.yml")]
-    assert reboot and all("ansible.builtin.reboot" in t for t in load("rollout", "reboot.yml"))
-    names = _names(load("rollout", "main.yml"))
-    assert names.index("Drain the node at the gateway and wait for its requests in flight") < \
-        names.index("Reboot for a staged ROCm change that needs one") < \
-        names.index("Switch the service to the staged release (role node, tasks_from switch)")
-    assert "node:switch" in main
+    reboot = main.index("rocm:pending_reboot")
+    assert main.index("gateway:drain") < reboot < main.index("node:switch")
+    assert main.count("rocm:pending_reboot") == 1
+    assert not (ROLES / "rollout" / "tasks" / "reboot.yml").exists()
+    pending = load("rocm", "pending_reboot.yml")
+    assert [t["ansible.builtin.import_tasks"] for t in pending] == ["reboot.yml"]
+    assert pending[0]["vars"] == {"_rocm_reboot_phase": "pending", "_rocm_reboot_new": []}
+    specs = yaml.safe_load((ROLES / "rocm" / "meta" / "argument_specs.yml").read_text())
+    spec = specs["argument_specs"]
+    assert set(spec["pending_reboot"]["options"]) == {"rocm_reboot_policy", "rocm_reboot_timeout"}
+    assert all(spec["pending_reboot"]["options"][n] == spec["main"]["options"][n]
+               for n in spec["pending_reboot"]["options"])
 
 
 def _names(tasks: list[dict[str, Any]]) -> list[str]:
@@ -152,7 +160,8 @@ PLAY = """
 @pytest.fixture(scope="module")
 def failed_staging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Role rollout on localhost (a node with no GPU: preflight fails while staging), a gateway
-    whose admin socket does not exist (any state change there would fail), the unit a file."""
+    whose published admin socket does not exist (any state change there would fail), the unit
+    a file."""
     tmp = tmp_path_factory.mktemp("rollout-stage")
     unit = tmp / "vllm.service"
     unit.write_text("[Service]\nExecStart=/opt/vllm/venv-old/bin/vllm serve /srv/models/r1\n")
@@ -160,7 +169,9 @@ def failed_staging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     inventory = tmp / "hosts.json"
     inventory.write_text(json.dumps({"all": {"children": {
         "vllm_nodes": {"hosts": {"node1": local}},
-        "gateways": {"hosts": {"gw1": {**local, "gateway_admin_socket": str(tmp / "none.sock")}}},
+        "gateways": {"hosts": {"gw1": {**local, "gateway_resolved": {
+            "admin_socket": str(tmp / "none.sock"), "backend": "vllm", "port": 8443,
+            "url": "https://gw1:8443", "metrics_port": 8405}}}},
     }}}))  # fmt: skip
     play = tmp / "rollout.yml"
     play.write_text(PLAY)

@@ -52,22 +52,26 @@ def test_map_names_the_groups_the_plays_run_on():
     assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
     # role node, then the roles it includes (with their dependencies), in order: its
     # tasks/main.yml imports its task files stage.yml and switch.yml
-    assert site.endswith("| node, stack, vllm_service_facts, model_facts, preflight, rocm, vllm, "
-                         "vllm_facts, model, vllm_service (publish), vllm (contract), firewall, "
-                         "vllm_service (stage), vllm_service (switch) |")
-    pick, canary, rest = [line for line in table.splitlines()
-                          if line.startswith("| `playbooks/rolling_update.yml` |")]
+    assert site.endswith("| node, stack, vllm_service_facts, model_facts, vllm_facts, rocm_facts, "
+                         "preflight, rocm, vllm, model, vllm_service (publish), vllm (contract), "
+                         "firewall, vllm_service (stage), vllm_service (switch) |")
+    gateways, pick, canary, rest = [line for line in table.splitlines()
+                                    if line.startswith("| `playbooks/rolling_update.yml` |")]
+    # first the gateways publish their facts (the runtime API and backend of the drain)
+    assert gateways.endswith("| `gateways` (`instinct_vllm_gateway_group`) | gateway_facts, "
+                             "gateway (publish) |")
     assert pick.endswith("| `vllm_nodes` (`instinct_vllm_hosts`) | stack, vllm_service_facts, "
                          "rollout (canary) |")
     assert "| `instinct_vllm_rollout_canary` |" in canary
     assert "| `instinct_vllm_rollout_rest` |" in rest
-    # role rollout: the entry point stage of role node, the fingerprint's reference, then
-    # role node's switch; the canary and the rest alike
+    # role rollout: the entry point stage of role node, the fingerprint's reference, role
+    # rocm's pending reboot once drained, then role node's switch; the canary and the rest alike
     assert canary.split(" | ")[-1] == rest.split(" | ")[-1]
     assert rest.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
-                         "preflight, rocm, vllm, vllm_facts, model, vllm_service (publish), "
-                         "vllm (contract), firewall, vllm_service (stage), "
-                         "fingerprint_gate (reference), node (switch), vllm_service (switch) |")
+                         "vllm_facts, rocm_facts, preflight, rocm, vllm, model, "
+                         "vllm_service (publish), vllm (contract), firewall, vllm_service (stage), "
+                         "fingerprint_gate (reference), rocm (pending_reboot), node (switch), "
+                         "vllm_service (switch) |")
 
 
 @pytest.fixture
