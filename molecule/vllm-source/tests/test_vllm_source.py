@@ -49,6 +49,9 @@ def test_every_host_is_stamped_with_the_same_key_and_wheel(stamps):
         "sandbox-0001-cpu-target-with-pypi-cuda-torch.patch",
     ]
     assert "skipped" in stamp["verified"]["torch_version_hip"]
+    # role vllm's platform probe loaded the compiled extension (files/stacks.yml: the cpu
+    # target builds vllm._C only) before the stamp was written
+    assert stamp["verified"]["extensions"] == {"vllm._C": "loaded"}
 
 
 def test_exactly_one_host_compiled(hosts, stamps):
