@@ -3,11 +3,13 @@
 Used by test_watchdog_saturation.py (copied to the node with `podman cp`): keeps a queue of
 completions deeper than the watchdog's probe timeout and measures it with its own 1-token
 "marker" requests (what the watchdog's probe sends), growing the number of clients until a
-marker waits longer than --target seconds. Prints one JSON line: requests, failures, the
-marker latencies. The API key is read from the unit's 0600 environment file (never argv).
+marker waits longer than --target seconds, then holding that load for --seconds (the ramp is
+bounded by --ramp-limit). Prints one JSON line: requests, failures, the marker latencies, the
+ramp's and the hold's seconds. The API key is read from the unit's 0600 environment file
+(never argv).
 
     python3 saturate.py --url http://127.0.0.1:8000 --env-file /etc/vllm/vllm.env \
-        --seconds 90 --target 36 --max-tokens 200 --clients 16 --max-clients 256
+        --seconds 90 --ramp-limit 120 --target 36 --max-tokens 200 --clients 16 --max-clients 256
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class Load:
         self.requests = 0
         self.failures: list[str] = []
         self.markers: list[float] = []
-        self.deadline = time.monotonic() + args.seconds
+        self.began = time.monotonic()
+        self.deep_at: float | None = None  # when a marker first waited longer than --target
+        self.deadline = self.began + args.ramp_limit  # never deep: stop after the ramp
         self.threads: list[threading.Thread] = []
 
     def call(self, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
@@ -86,6 +90,9 @@ class Load:
             latency = time.monotonic() - began
             with self.lock:
                 self.markers.append(round(latency, 1))
+                if latency > self.args.target and self.deep_at is None:
+                    self.deep_at = time.monotonic()  # the hold starts: --seconds from here
+                    self.deadline = self.deep_at + self.args.seconds
             if latency < self.args.target:
                 self.grow()
             time.sleep(max(0.0, self.args.marker_interval - latency))
@@ -104,8 +111,7 @@ class Load:
 
     def join(self) -> None:
         """Wait for every client (started ones finish their request; bounded)."""
-        limit = time.monotonic() + self.args.seconds + self.args.request_timeout
-        while time.monotonic() < limit:
+        while time.monotonic() < self.deadline + self.args.request_timeout:
             with self.lock:
                 alive = [t for t in self.threads if t.is_alive()]
             if not alive:
@@ -124,6 +130,8 @@ class Load:
             "clients": len(self.threads) - 1,
             "markers": self.markers,
             "max_marker": max(self.markers, default=0.0),
+            "ramp_seconds": round((self.deep_at or self.deadline) - self.began, 1),
+            "hold_seconds": round(self.deadline - self.deep_at, 1) if self.deep_at else 0.0,
         }
 
 
@@ -131,7 +139,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--env-file", default="/etc/vllm/vllm.env")
-    parser.add_argument("--seconds", type=float, default=90.0)
+    parser.add_argument("--seconds", type=float, default=90.0, help="the hold, once deep")
+    parser.add_argument("--ramp-limit", type=float, default=120.0)
     parser.add_argument("--target", type=float, required=True)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--clients", type=int, default=16)

@@ -4,8 +4,9 @@ On the node that serves vLLM through vllm_service and the watchdog (SATURATION_N
 vllm-source-1; unit vllm.service), requests to 127.0.0.1 inside the node only, bounded:
 
 1. as deployed (engine stats on: the MI300X defaults): a queue deeper than the watchdog's
-   probe timeout for SATURATION_SECONDS (default 150) -> no request fails, NRestarts unchanged,
-   the watchdog never paused its pings;
+   probe timeout, held for the window in which a watchdog that took a slow probe for a stall
+   would be killed (probe interval + probe timeout + WatchdogSec + MARGIN, from the unit) ->
+   no request fails, NRestarts unchanged, the watchdog never paused its pings;
 2. the same with --disable-log-stats (a runtime drop-in; /metrics then has no vllm:* series);
 3. SIGSTOP of the engine process (stats still off) -> systemd's watchdog kill within
    WatchdogSec + probe interval + MARGIN seconds, then a restart (NRestarts + 1).
@@ -34,7 +35,7 @@ UNIT_FILE = f"/etc/systemd/system/{UNIT}"
 DROP_IN = f"/run/systemd/system/{UNIT}.d/50-saturation-stats-off.conf"
 ENV_FILE = "/etc/vllm/vllm.env"
 DRIVER = "/tmp/instinct-saturate.py"
-SECONDS = float(os.environ.get("SATURATION_SECONDS", "150"))
+RAMP_LIMIT = 150.0  # seconds to build the queue (about 60 on a loaded 2-core host)
 MARGIN = 10.0  # journal timestamps, the poller's timing on a loaded 2-core host
 READY_TIMEOUT = 900.0
 # The watchdog wrapper's defaults (roles/vllm_service/files/instinct-vllm-watchdog).
@@ -103,19 +104,23 @@ def journal_since(host: Any, since: float) -> str:
 
 
 def saturate(host: Any) -> dict[str, Any]:
-    """Run saturate.py in the node for SECONDS with a queue deeper than the probe timeout."""
+    """Run saturate.py in the node: a queue deeper than the probe timeout, held for the window
+    in which a watchdog that paused its pings on a slow probe would be killed."""
     options, vllm = argv(host)
+    hold = options["probe-interval"] + options["probe-timeout"] + watchdog_sec(host) + MARGIN
     max_tokens = max(16, min(200, flag(vllm, "--max-model-len", 32768) - 32))
     target = 1.2 * options["probe-timeout"]
     seqs = flag(vllm, "--max-num-seqs", 256)  # clients: 2x the batch, grown up to 6x
     command = [
         "/usr/bin/python3", DRIVER, "--url", f"http://127.0.0.1:{flag(vllm, '--port', 8000)}",
-        "--env-file", ENV_FILE, "--seconds", str(SECONDS), "--target", str(target),
+        "--env-file", ENV_FILE, "--seconds", str(hold), "--ramp-limit", str(RAMP_LIMIT),
+        "--target", str(target),
         "--max-tokens", str(max_tokens), "--clients", str(2 * seqs),
         "--max-clients", str(6 * seqs), "--step", str(max(8, seqs // 4)),
     ]  # fmt: skip
     result = json.loads(host.check_output(shlex.join(command)).splitlines()[-1])
     result["target"] = target
+    result["hold_wanted"] = hold
     print(f"saturation: {json.dumps(result)}")
     return result
 
@@ -151,8 +156,10 @@ def assert_no_restart_under_saturation(host: Any) -> dict[str, Any]:
     result = saturate(host)
     assert result["failures"] == 0, result["failure_examples"]
     assert result["requests"] > 0
-    # the queue was deeper than the probe timeout: a 1-token request waited longer than it
+    # the queue was deeper than the probe timeout: a 1-token request waited longer than it,
+    # and the load stayed on for the whole detection window after that
     assert result["max_marker"] > result["target"], result["markers"]
+    assert result["hold_seconds"] >= result["hold_wanted"], result
     assert (prop(host, "NRestarts"), prop(host, "MainPID")) == (restarts, main_pid)
     assert "pings paused" not in journal_since(host, began)
     return result
