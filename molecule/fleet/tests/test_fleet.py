@@ -529,6 +529,8 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
     # its verdict names the consensus of fleet-node2, not changed yet.
     assert FAILED_AT_FINGERPRINT.search(out), run.stdout[-5000:]
     assert "consensus: disagrees with fleet-node2" in out
+    assert ("held out of rotation (maint) at the gateway; set "
+            "instinct_vllm_canary_rollback=true to restore") in out
     verdict = last_fingerprint("fleet-node1")
     figures.append(f"  gate fingerprint: fleet-node1 {verdict['consensus']['summary'][:200]}")
     assert not verdict["ok"] and verdict["meta"]["revision"] == SCALED
@@ -572,6 +574,7 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     record(results, "rollout_rollback", run, outcomes, seconds)
     assert run.returncode != 0, run.stdout[-3000:]
     assert "Rolled back to its last good release" in run.stdout
+    assert "=true to restore" not in run.stdout  # no advice to do what was done
     assert not bad, [o.error for o in bad[:5]]
     assert FAILED_AT_FINGERPRINT.search(" ".join(run.stdout.split())), run.stdout[-5000:]
     assert sh("fleet-node1", "cat /etc/systemd/system/vllm.service") == good
