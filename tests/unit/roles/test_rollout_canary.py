@@ -36,7 +36,9 @@ def playbook(tmp: Path) -> Path:
     return path
 
 
-def roll(tmp_path: Path, nodes: list[str] = NODES, **extra: object) -> tuple[int, list[str], str]:
+def roll(tmp_path: Path, nodes: list[str] | None = None,
+         **extra: object) -> tuple[int, list[str], str]:
+    nodes = NODES if nodes is None else nodes
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
              "vllm_service_api_key": "k" * 32, "vllm_venv_python": "/opt/vllm/venv/bin/python"}
     inventory = {"all": {"children": {"vllm_nodes": {"hosts": {n: local for n in nodes}}}}}
