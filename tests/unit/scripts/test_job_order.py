@@ -4,6 +4,7 @@ waiting on it; ties by name; a bad --after is refused."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,12 @@ def test_cli_reads_files_and_skips_comments(tmp_path: Path) -> None:
     budgets.write_text("# seconds\nslow 900\nfast 10\nbroken\n")
     durations = tmp_path / "durations"
     durations.write_text("fast 2000\n")
-    run = subprocess.run([SCRIPT, "--durations", durations, "--budgets", budgets,
+    run = subprocess.run([sys.executable, SCRIPT, "--durations", durations, "--budgets", budgets,
                           "--durations", tmp_path / "missing", "slow", "fast"],
                          capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["slow", "fast"]  # the last --durations (missing) wins: budgets
-    run = subprocess.run([SCRIPT, "--durations", durations, "--budgets", budgets, "slow", "fast"],
+    run = subprocess.run([sys.executable, SCRIPT, "--durations", durations,
+                          "--budgets", budgets, "slow", "fast"],
                          capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["fast", "slow"]
 
