@@ -39,12 +39,18 @@ options:
         description: Octal mode of the file in place, for example C('0644').
         type: str
         required: true
+      owner:
+        description: Owner of this file in place; default O(owner).
+        type: str
+      group:
+        description: Group of this file in place; default O(group).
+        type: str
   owner:
-    description: Owner of every file put in place.
+    description: Owner of every file put in place that names none (O(files[].owner)).
     type: str
     default: root
   group:
-    description: Group of every file put in place.
+    description: Group of every file put in place that names none (O(files[].group)).
     type: str
     default: root
 extends_documentation_fragment:
@@ -64,6 +70,7 @@ EXAMPLES = r"""
     files:
       - {src: /etc/vllm/staged/vllm.env, dest: /etc/vllm/vllm.env, mode: "0600"}
       - {src: /etc/vllm/staged/vllm.service, dest: /etc/systemd/system/vllm.service, mode: "0644"}
+      - {src: /etc/vllm/staged/tls-node.key, dest: /etc/vllm-tls/node.key, mode: "0600", owner: vllm, group: vllm}
   notify: Restart vLLM
 """
 
@@ -102,6 +109,16 @@ def ids(owner: str, group: str) -> tuple[int, int]:
     return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
 
 
+Placement = tuple[Path, Path, int, int, int]
+
+
+def placements(params: dict) -> list[Placement]:
+    """(src, dest, mode, uid, gid) of each file; a KeyError or ValueError names what is wrong."""
+    return [(Path(f["src"]), Path(f["dest"]), octal_mode(f["mode"]),
+             *ids(f["owner"] or params["owner"], f["group"] or params["group"]))
+            for f in params["files"]]
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -109,6 +126,8 @@ def main() -> None:
                 "src": {"type": "path", "required": True},
                 "dest": {"type": "path", "required": True},
                 "mode": {"type": "str", "required": True},
+                "owner": {"type": "str"},
+                "group": {"type": "str"},
             }},
             "owner": {"type": "str", "default": "root"},
             "group": {"type": "str", "default": "root"},
@@ -116,17 +135,15 @@ def main() -> None:
         supports_check_mode=True,
     )
     try:
-        uid, gid = ids(module.params["owner"], module.params["group"])
-        files = [(Path(f["src"]), Path(f["dest"]), octal_mode(f["mode"]))
-                 for f in module.params["files"]]
+        files = placements(module.params)
     except (KeyError, ValueError) as exc:
         module.fail_json(msg=f"staged_files: {exc}")
-    missing = [str(src) for src, _dest, _mode in files if not src.is_file()]
+    missing = [str(f[0]) for f in files if not f[0].is_file()]
     if missing:
         module.fail_json(msg=f"nothing staged at {', '.join(missing)}: stage the release first")
-    placed = [dest for src, dest, mode in files if not same_file(src, dest, mode, uid, gid)]
+    placed = [f[1] for f in files if not same_file(*f)]
     if not module.check_mode:
-        for src, dest, mode in files:
+        for src, dest, mode, uid, gid in files:
             if dest in placed:
                 try:
                     place_file(src, dest, mode, uid, gid)

@@ -92,3 +92,24 @@ def test_a_bad_mode_fails_before_anything_changes(staged, capsys, mode):
     result = run_module(module_args, capsys)
     assert result["failed"] is True and f"mode {mode!r}" in result["msg"]
     assert (staged["live"] / "vllm.service").read_text().endswith("/old\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_file_may_name_its_own_owner_and_group(staged, capsys):
+    nobody = pwd.getpwnam("nobody")
+    module_args = args(staged)
+    module_args["files"][1].update(owner="nobody", group=grp.getgrgid(nobody.pw_gid).gr_name)
+    run_module(module_args, capsys)
+    env, unit = (staged["live"] / "vllm.env").stat(), (staged["live"] / "vllm.service").stat()
+    assert (env.st_uid, env.st_gid) == (nobody.pw_uid, nobody.pw_gid)
+    assert unit.st_uid == os.getuid()
+    again = run_module(module_args, capsys)
+    assert again["changed"] is False
+
+
+def test_an_unknown_owner_of_one_file_fails_before_any_change(staged, capsys):
+    module_args = args(staged)
+    module_args["files"][1]["owner"] = "no-such-user-here"
+    result = run_module(module_args, capsys)
+    assert result["failed"] and "no-such-user-here" in result["msg"]
+    assert (staged["live"] / "vllm.service").read_text().endswith("/old\n")
