@@ -70,7 +70,8 @@ EXAMPLES = r"""
     files:
       - {src: /etc/vllm/staged/vllm.env, dest: /etc/vllm/vllm.env, mode: "0600"}
       - {src: /etc/vllm/staged/vllm.service, dest: /etc/systemd/system/vllm.service, mode: "0644"}
-      - {src: /etc/vllm/staged/tls-node.key, dest: /etc/vllm-tls/node.key, mode: "0600", owner: vllm, group: vllm}
+      - {src: /etc/vllm/staged/tls-node.key, dest: /etc/vllm-tls/node.key, mode: "0600",
+         owner: vllm, group: vllm}
   notify: Restart vLLM
 """
 
