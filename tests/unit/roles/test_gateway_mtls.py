@@ -153,7 +153,7 @@ def test_the_gateway_sends_only_to_nodes_it_verified(tmp_path):
         backends = [{"name": f"node{i}", "address": "127.0.0.1", "port": n.port}
                     for i, n in enumerate(nodes, 1)]
         with running_gateway(tmp_path, nodes[0].port, backends, MTLS) as gw:
-            "verifyhost node1" in gw.cfg
+            assert "ssl verify required ca-file" in gw.cfg and "verifyhost node1" in gw.cfg
 
             def settled() -> bool:
                 gw.alive()
