@@ -6,7 +6,7 @@ Each filter is documented in the YAML file of its name beside this one (prefligh
 mount_for.yml). Usage::
 
     instinct_vllm_stack_resolved | instinct.vllm.preflight_evaluate(ansible_facts,
-        preflight_gpus, settings, instinct_vllm_stacks_extra)
+        preflight_gpus, settings, instinct_vllm_stack_matrix)
     '/srv/models' | instinct.vllm.mount_for(ansible_facts.mounts)
 """
 
@@ -21,7 +21,7 @@ from ansible_collections.instinct.vllm.plugins.plugin_utils.stack_matrix import 
 
 
 def preflight_evaluate(
-    stack: Any, host: Any, gpus: Any, settings: Any, extra: Any = None
+    stack: Any, host: Any, gpus: Any, settings: Any, stacks: Any = None
 ) -> dict[str, Any]:
     """Every preflight check for this host: ``{ok, errors, warnings, checks}``."""
     for name, value in (
@@ -32,8 +32,12 @@ def preflight_evaluate(
     ):
         if not isinstance(value, dict):
             raise AnsibleFilterError(f"preflight_evaluate: {name} must be a mapping")
+    if stacks is not None and not isinstance(stacks, dict):
+        raise AnsibleFilterError(
+            "preflight_evaluate: stacks must be a mapping (instinct_vllm_stack_matrix)"
+        )
     try:
-        return pf.evaluate(stack, host, gpus, settings, extra or None)
+        return pf.evaluate(stack, host, gpus, settings, stacks or None)
     except StackError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

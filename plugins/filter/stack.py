@@ -6,6 +6,7 @@ The documentation of each filter is the YAML file of its name beside this one (s
 stack_names.yml, ...): Ansible reads one documentation per filter name. Usage::
 
     instinct_vllm_stack | default(none) | instinct.vllm.stack(extra)  (role stack does this)
+    extra | instinct.vllm.stack_matrix   (role stack does this too: every known stack)
     'GptOssForCausalLM' | instinct.vllm.stacks_serving(instinct_vllm_stacks_extra | default({}))
     ansible_facts.distribution | instinct.vllm.stacks_for_os(version, flavour, extra)
     ansible_facts.kernel | instinct.vllm.kernel_flavour(distribution, version)
@@ -41,6 +42,11 @@ def stack(name: Any = None, extra: Any = None) -> dict[str, Any]:
     ``default``).
     """
     return sm.get_stack(name, extra or None)
+
+
+def stack_matrix(extra: Any = None) -> dict[str, Any]:
+    """Every known stack by name: files/stacks.yml with ``extra`` merged over it, unvalidated."""
+    return sm.all_stacks(extra or None)[0]
 
 
 def stack_names(extra: Any = None) -> list[str]:
@@ -89,6 +95,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "stack": _wrap(stack),
+            "stack_matrix": _wrap(stack_matrix),
             "stack_names": _wrap(stack_names),
             "stacks_serving": _wrap(stacks_serving),
             "stacks_for_os": _wrap(stacks_for_os),

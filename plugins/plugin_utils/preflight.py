@@ -58,7 +58,9 @@ class _Findings:
         }
 
 
-def _check_os(f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], extra: Any) -> None:
+def _check_os(
+    f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], stacks: Mapping[str, Any]
+) -> None:
     dist = str(host.get("distribution", ""))
     version = str(host.get("distribution_version", ""))
     kernel = str(host.get("kernel", ""))
@@ -69,7 +71,7 @@ def _check_os(f: _Findings, stack: Mapping[str, Any], host: Mapping[str, Any], e
     flavour = check["flavour"] if check["os_supported"] else None
     others = [
         n
-        for n in sm.stacks_for_os(dist, version, flavour, extra, series=check["series"])
+        for n in sm.for_os(stacks, dist, version, flavour, series=check["series"])
         if n != stack["name"]
     ]
     fix = (
@@ -291,14 +293,16 @@ def _check_parallel(
     f.add("tensor_parallel", True)
 
 
-def _check_model(f: _Findings, stack: Mapping[str, Any], arch: str | None, extra: Any) -> None:
+def _check_model(
+    f: _Findings, stack: Mapping[str, Any], arch: str | None, stacks: Mapping[str, Any]
+) -> None:
     if not arch:
         f.add("model_architecture", True)
         return
     if arch in stack["model_architectures"]:
         f.add("model_architecture", True)
         return
-    serving = sm.stacks_serving(arch, extra)
+    serving = sm.serving(stacks, arch)
     fix = (
         f"set instinct_vllm_stack to one of: {', '.join(serving)}"
         if serving
@@ -498,7 +502,7 @@ def evaluate(
     host: Mapping[str, Any],
     gpus: Mapping[str, Any],
     settings: Mapping[str, Any],
-    extra: Mapping[str, Any] | None = None,
+    stacks: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run every check; ``{ok, errors, warnings, checks}``.
 
@@ -513,10 +517,13 @@ def evaluate(
     service's extra environment, vllm_service_environment), max_model_len (int or None),
     model_disk_path (where the model's copies are written; empty: not checked), model_size_gib
     (0: derived from model_config), model_copies (names of the copies written there).
+    ``stacks``: every known stack by name, to name those that would fit (role stack's fact
+    instinct_vllm_stack_matrix); None: the stacks of files/stacks.yml.
     """
     f = _Findings()
     heads = settings.get("num_attention_heads") or None
-    _check_os(f, stack, host, extra)
+    matrix = sm.all_stacks()[0] if stacks is None else stacks
+    _check_os(f, stack, host, matrix)
     _check_cpu(f, stack, host)
     _check_memory(f, host, float(settings.get("min_memory_gib", 0)))
     _check_disks(f, host, list(settings.get("disk_requirements") or []))
@@ -524,7 +531,7 @@ def evaluate(
     expected = settings.get("gpu_count")
     _check_gpus(f, stack, gpus, None if expected in (None, "", -1) else int(expected))
     _check_parallel(f, stack, gpus, int(settings.get("tensor_parallel_size", 1)), heads)
-    _check_model(f, stack, settings.get("model_architecture") or None, extra)
+    _check_model(f, stack, settings.get("model_architecture") or None, matrix)
     _check_sliding_window(
         f,
         stack,

@@ -448,7 +448,12 @@ def stacks_serving(
     architecture: str, extra: Mapping[str, Any] | None = None, path: Path | None = None
 ) -> list[str]:
     """Sorted names of the stacks whose ``model_architectures`` include ``architecture``."""
-    stacks = all_stacks(extra, path)[0]
+    return serving(all_stacks(extra, path)[0], architecture)
+
+
+def serving(stacks: Mapping[str, Any], architecture: str) -> list[str]:
+    """``stacks_serving`` over a matrix already merged (``all_stacks``, the fact
+    ``instinct_vllm_stack_matrix``)."""
     return sorted(
         name
         for name, stack in stacks.items()
@@ -465,8 +470,20 @@ def stacks_for_os(
     series: str | None = None,
 ) -> list[str]:
     """Sorted names of the stacks that support this OS release (and kernel flavour/series)."""
+    return for_os(all_stacks(extra, path)[0], distribution, version, flavour, series)
+
+
+def for_os(
+    stacks: Mapping[str, Any],
+    distribution: str,
+    version: str,
+    flavour: str | None = None,
+    series: str | None = None,
+) -> list[str]:
+    """``stacks_for_os`` over a matrix already merged (``all_stacks``, the fact
+    ``instinct_vllm_stack_matrix``)."""
     names = []
-    for name, stack in all_stacks(extra, path)[0].items():
+    for name, stack in stacks.items():
         if not isinstance(stack, Mapping):
             continue
         entry = os_entry(stack, distribution, version)

@@ -35,9 +35,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("monitoring", "vllm_service_api_key"): "a secret: the nodes' key (Prometheus' inventory)",
     ("fingerprint_gate", "vllm_service_api_key"): "a secret: a peer's own key, else the play's",
     ("diagnose", "model_hf_token"): "a secret: kept out of the archive when the inventory sets it",
-    # an optional inventory input no role publishes (role stack reads it the same way): the
-    # extra stacks, for preflight's suggestions of a stack that would fit
-    ("preflight", "instinct_vllm_stacks_extra"): "an inventory input, read as role stack does",
 }
 # Values no role owns though several default to them: the distribution's own python.
 SHARED_VALUES = {"/usr/bin/python3"}

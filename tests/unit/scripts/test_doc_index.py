@@ -3,6 +3,7 @@ and playbooks' own docs say; --check fails on a stale file."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,14 @@ def test_index_lists_every_module_filter_and_role():
     for path in (ROOT / "roles").iterdir():
         assert f"`instinct.vllm.{path.name}`" in index
 
+
+def test_readme_names_every_role():
+    """The README's list of roles (public and internal) names each directory of roles/."""
+    readme = (ROOT / "README.md").read_text()
+    [bullet] = re.findall(r"\n- Roles: .*?(?=\n(?!  )|\Z)", readme, re.S)
+    listed = set(re.findall(r"`(\w+)`", bullet))
+    missing = sorted(p.name for p in (ROOT / "roles").iterdir() if p.name not in listed)
+    assert not missing, f"README.md's list of roles lacks {missing}"
 
 def test_map_names_the_groups_the_plays_run_on():
     table = di.render_map(ROOT)

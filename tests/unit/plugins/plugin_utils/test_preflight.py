@@ -135,6 +135,24 @@ def test_wrong_os_names_the_stacks_that_fit(gpus: dict[str, Any]) -> None:
     assert "Debian 12.8 is not supported" in msg and "(cpu, sandbox-rocm-6.2.1)" in msg
 
 
+def test_the_published_matrix_names_an_extra_stack_that_fits(gpus: dict[str, Any]) -> None:
+    """The suggestions come from the matrix role stack publishes (instinct_vllm_stack_matrix),
+    extra stacks included; without it, from files/stacks.yml alone."""
+    debian = {"os": [{"distribution": "Debian", "version": "12", "codename": "bookworm",
+                      "kernel_flavours": ["any"]}],
+              "model_architectures": ["GptOssForCausalLM"]}  # fmt: skip
+    matrix = sm.all_stacks({"site-debian": {"extends": "rocm-6.2.1", **debian}})[0]
+    on_debian = host(distribution="Debian", distribution_version="12.8", kernel="6.1.0-26-amd64")
+    stack = sm.get_stack("rocm-6.2.1")
+    gpt_oss = settings(model_architecture="GptOssForCausalLM")
+    result = pf.evaluate(stack, on_debian, gpus, gpt_oss, matrix)
+    assert "site-debian" in errors_of(result, "os")[0]
+    assert "site-debian" in errors_of(result, "model_architecture")[0]
+    result = pf.evaluate(stack, on_debian, gpus, gpt_oss)
+    assert "site-debian" not in errors_of(result, "os")[0]
+    assert "site-debian" not in errors_of(result, "model_architecture")[0]
+
+
 def test_tp_must_divide_gpu_count(gpus: dict[str, Any]) -> None:
     result = pf.evaluate(sm.get_stack("rocm-6.2.1"), host(), gpus, settings(tensor_parallel_size=3))
     (msg,) = errors_of(result, "tensor_parallel")

@@ -323,6 +323,14 @@ def test_filter_plugin_wraps_errors() -> None:
     filters = FilterModule().filters()
     assert filters["stack"]("cpu", {})["name"] == "cpu"
     assert filters["stacks_serving"]("LlamaForCausalLM") == sm.stacks_serving("LlamaForCausalLM")
+    extra = {"site": {"extends": "cpu", "model_architectures": ["SiteForCausalLM"]}}
+    matrix = filters["stack_matrix"](extra)
+    assert matrix == sm.all_stacks(extra)[0] and "site" in matrix and "rocm-6.2.1" in matrix
+    assert sm.serving(matrix, "SiteForCausalLM") == sm.stacks_serving("SiteForCausalLM", extra)
+    on_debian = sm.stacks_for_os("Debian", "12", "hwe", extra)
+    assert sm.for_os(matrix, "Debian", "12", "hwe") == on_debian
+    with pytest.raises(AnsibleFilterError, match="instinct_vllm_stacks_extra must be a mapping"):
+        filters["stack_matrix"](["not", "a", "mapping"])
     assert filters["kernel_flavour"]("6.11.0-29-generic", "Ubuntu", "24.04") == "hwe"
     with pytest.raises(AnsibleFilterError, match="known stacks"):
         filters["stack"]("nope", {})
