@@ -113,6 +113,8 @@ def test_plain_http_when_vllm_serves_no_tls() -> None:
     cfg, _child = wd.parse_cli(["--", "vllm", "serve", "/m", "--ssl-ca-certs", "/nowhere"], {})
     assert cfg.base_url == "http://127.0.0.1:8000"
     assert cfg.tls_context is None and (cfg.tls_ca, cfg.tls_cert, cfg.tls_key) == ("", "", "")
+    env = {"INSTINCT_WATCHDOG_TLS_CERT": ""}  # empty: no file, nothing to refuse
+    assert wd.parse_cli(["--tls-key", "", "--", "v", "--model", "m"], env)[0].tls_context is None
 
 
 def test_an_https_base_url_alone_trusts_the_system_store() -> None:
