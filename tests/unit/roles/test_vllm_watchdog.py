@@ -724,7 +724,8 @@ def test_a_poll_records_a_slow_health_with_the_metrics_of_the_same_poll(monkeypa
     clock = iter([1.0, 1.0, 5.0, 5.0, 5.0, 5.0])
     verdicts_during_metrics = []
 
-    def call(url: str, timeout: float, token: object = None, payload: object = None) -> tuple:
+    def call(url: str, timeout: float, token: object = None, payload: object = None,
+             context: object = None) -> tuple:
         if url.endswith("/health"):
             return None, b"", "timed out"
         verdicts_during_metrics.append(m.verdict(5.0).alive)  # what the agent answers now

@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tls_pki import Ca
 
 ROOT = Path(__file__).resolve().parents[3]
 WRAPPER = ROOT / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
@@ -229,6 +231,33 @@ def fake() -> Iterator[tuple[FakeVllm, str]]:
 
 
 @pytest.fixture
+def tls_fake(tmp_path: Path) -> Iterator[tuple[FakeVllm, str, list[str]]]:
+    """The fake vLLM serving TLS and requiring a client certificate of its CA, like vLLM with
+    --ssl-certfile/--ssl-keyfile/--ssl-ca-certs/--ssl-cert-reqs 2; yields those vLLM flags."""
+    ca = Ca(tmp_path, "ca")
+    crt, key = ca.issue("node")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(crt, key)
+    context.load_verify_locations(cafile=ca.path)
+    context.verify_mode = ssl.CERT_REQUIRED
+    state = FakeVllm()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    server.daemon_threads = True
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    flags = ["--ssl-certfile", str(crt), "--ssl-keyfile", str(key), "--ssl-ca-certs",
+             str(ca.path), "--ssl-cert-reqs", "2"]  # fmt: skip
+    try:
+        yield state, f"https://127.0.0.1:{server.server_address[1]}", flags
+    finally:
+        state.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
 def notify(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Notifications, str]]:
     """systemd's notify socket: '@' abstract namespace, or a path (indirect param "path")."""
     kind = getattr(request, "param", "abstract")
@@ -267,6 +296,7 @@ class Wrapper:
         options: list[str] | None = None,
         mode: str = "wait",
         child_env: dict[str, str] | None = None,
+        child_args: list[str] | None = None,
     ) -> None:
         self.child_log = tmp_path / "child.log"
         self.stderr_path = tmp_path / "wrapper.stderr"
@@ -277,7 +307,7 @@ class Wrapper:
             "--base-url", base_url, "--served-model-name", MODEL,
             "--poll-interval", "0.05", "--health-timeout", "0.5", "--stall-timeout", "0.4",
             *(options or []),
-            "--", sys.executable, str(script), str(self.child_log), mode,
+            "--", sys.executable, str(script), str(self.child_log), mode, *(child_args or []),
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("INSTINCT_WATCHDOG_")}
         env.pop("JOURNAL_STREAM", None)
@@ -422,6 +452,31 @@ def test_ready_then_watchdog_follows_progress(
     lines = w.child_lines()
     assert "env NOTIFY_SOCKET=None WATCHDOG_USEC=None" in lines  # not leaked to vLLM
     assert "pgid-is-own True" in lines  # vLLM runs in its own process group
+
+
+def test_ready_and_pings_over_tls_with_the_node_certificate(
+    tls_fake: tuple[FakeVllm, str, list[str]],
+    notify: tuple[Notifications, str],
+    tmp_path: Path,
+    started: list[Wrapper],
+) -> None:
+    """vLLM serves TLS and requires a client certificate: the wrapper takes vLLM's own
+    certificate, key and CA from its argv, gets READY (/health, /v1/models), pings (/metrics)
+    and probes over TLS."""
+    state, url, flags = tls_fake
+    notes, address = notify
+    state.set(health=200, models=[MODEL])
+    w = Wrapper(tmp_path, url, address, options=["--probe-interval", "0.1"], child_args=flags)
+    started.append(w)
+    notes.wait_for(lambda f: f == "READY=1", 5)
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    assert notes.count("WATCHDOG=1", t0) >= 2
+    with state.lock:
+        assert state.probe_bodies, "no probe reached the TLS server"
+    w.proc.send_signal(signal.SIGTERM)
+    assert w.finish() == 0
+    assert f"at {url} (TLS, CA {tmp_path / 'ca.crt'}, client certificate" in w.log()
 
 
 def test_probe_failure_stops_pings(

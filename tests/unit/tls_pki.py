@@ -1,0 +1,95 @@
+"""A throw-away PKI for TLS tests: a CA, certificates it signs (ECDSA P-256, PEM files)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+_DAY = datetime.timedelta(days=1)
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, path: Path, password: bytes | None = None) -> None:
+    encryption: serialization.KeySerializationEncryption = serialization.NoEncryption()
+    if password is not None:
+        encryption = serialization.BestAvailableEncryption(password)
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    )
+    path.chmod(0o600)
+
+
+class Ca:
+    """A self-signed CA in ``directory``: ``<name>.crt`` / ``<name>.key``."""
+
+    def __init__(self, directory: Path, name: str = "ca") -> None:
+        self.directory = directory
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        self.name = _name(f"test {name}")
+        self.cert = (
+            x509.CertificateBuilder()
+            .subject_name(self.name)
+            .issuer_name(self.name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _DAY)
+            .not_valid_after(now + _DAY)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True, content_commitment=False, key_encipherment=False,
+                    data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                    crl_sign=True, encipher_only=False, decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self.key, hashes.SHA256())
+        )
+        self.path = directory / f"{name}.crt"
+        self.path.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(
+        self,
+        name: str,
+        dns: tuple[str, ...] = ("localhost",),
+        ips: tuple[str, ...] = ("127.0.0.1", "::1"),
+        password: bytes | None = None,
+    ) -> tuple[Path, Path]:
+        """A certificate for ``name`` (serverAuth + clientAuth, like a node's): (crt, key)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.UTC)
+        names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+        names += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(_name(name))
+            .issuer_name(self.name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - _DAY)
+            .not_valid_after(now + _DAY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
+        )
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        cert = builder.sign(self.key, hashes.SHA256())
+        crt, key_path = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(key, key_path, password)
+        return crt, key_path
