@@ -17,10 +17,14 @@ from typing import Any
 
 from ansible.module_utils.urls import open_url
 
-from ._tls_client import TLS_REQUIRED_TOGETHER as TLS_REQUIRED_TOGETHER
-from ._tls_client import TLS_SPEC as TLS_SPEC
-from ._tls_client import TlsClient, tls_reason
-from ._tls_client import TlsConfigError as TlsConfigError
+from ._tls_client import TLS_REQUIRED_TOGETHER, TLS_SPEC, TlsClient, TlsConfigError, tls_reason
+
+__all__ = [
+    "ALL_CHECKS", "CHECKS", "PROMPT", "TLS_REQUIRED_TOGETHER", "TLS_SPEC", "CheckFailed",
+    "CheckResult", "Endpoint", "TlsClient", "TlsConfigError", "check_auth_required", "check_chat",
+    "check_chat_stream", "check_health", "check_models", "check_tokenize", "describe", "http",
+    "resolve_model", "run_checks", "summary",
+]
 
 ALL_CHECKS: tuple[str, ...] = (
     "health",

@@ -191,5 +191,5 @@ def test_a_units_url_is_https_when_it_has_a_certificate() -> None:
     claims = unit_claims(unit, None, packages=False)
     assert claims.url == "https://127.0.0.1:8001"
     assert claims.flags == {"dtype": "float32"}
-    plain = unit_claims(unit.split(" --ssl-certfile")[0] + "\n", None, packages=False)
+    plain = unit_claims(unit.split(" --ssl-certfile", maxsplit=1)[0] + "\n", None, packages=False)
     assert plain.url == "http://127.0.0.1:8001"
