@@ -138,6 +138,19 @@ def test_acceptance_serve_over_mutual_tls(pki: Pki, node: str) -> None:
     assert serve.request(node.replace("https", "http") + "/health", "", None, 5)[0] == 0
 
 
+class Running:
+    """A process that keeps running (what _wait_ready polls)."""
+
+    def poll(self) -> None:
+        return None
+
+
+def test_a_temporary_server_refusing_the_client_is_not_waited_for(pki: Pki, node: str) -> None:
+    assert serve._wait_ready(Running(), node, 30, mutual(pki)) == ""  # type: ignore[arg-type]
+    why = serve._wait_ready(Running(), node, 30, TlsClient(str(pki.ca)))  # type: ignore[arg-type]
+    assert NEEDS_CERT in why
+
+
 def test_a_temporary_server_with_a_certificate_is_asked_over_https() -> None:
     assert serve.server_scheme(["--ssl-certfile", "/c.crt", "--ssl-cert-reqs", "2"]) == "https"
     assert serve.server_scheme(["--ssl-certfile=/c.crt"]) == "https"
