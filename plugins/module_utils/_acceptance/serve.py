@@ -162,13 +162,13 @@ def temporary_server(spec: ServeSpec) -> tuple[bool, str, dict]:
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            ready = _wait_ready(proc, base, spec.startup_timeout, spec.tls)
+            refused = _wait_ready(proc, base, spec.startup_timeout, spec.tls)
             detail["startup_seconds"] = round(time.monotonic() - start, 1)
-            if ready:
+            if refused:
+                ok, reason = False, f"the temporary server was not ready ({refused})"
+            else:
                 ok, reason, more = complete(base, key, spec.model, spec)
                 detail.update(more)
-            else:
-                ok, reason = False, f"the temporary server was not ready ({_exit(proc)})"
         finally:
             _stop(proc)
         if not ok:
@@ -183,14 +183,18 @@ def _exit(proc: subprocess.Popen) -> str:
 
 
 def _wait_ready(proc: subprocess.Popen, base: str, timeout: float,
-                tls: TlsClient | None = None) -> bool:
+                tls: TlsClient | None = None) -> str:
+    """'' once /health answers 200; else why not: the server exited, is still starting at the
+    timeout, or refused the TLS connection (no use waiting for that)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        status = request(base + "/health", "", None, 5, tls)[0]
+        status, answer = request(base + "/health", "", None, 5, tls)
         if status == 200:
-            return True
+            return ""
+        if status == 0 and str(answer).startswith("TLS: "):
+            return str(answer)
         time.sleep(1)
-    return False
+    return _exit(proc)
 
 
 def serve_check(spec: ServeSpec, run: Runner, check_mode: bool = False) -> CheckResult:
