@@ -49,6 +49,7 @@ from ._acceptance.unit import (
     read_unit,
     settle,
 )
+from ._tls_client import TLS_REQUIRED_TOGETHER, TLS_SPEC, TlsClient, TlsConfigError
 
 CHECKS = (
     "gpu_matmul",
@@ -69,6 +70,8 @@ __all__ = [
     "STATUSES",
     "TEMPORARY",
     "TIERS",
+    "TLS_REQUIRED_TOGETHER",
+    "TLS_SPEC",
     "USE_SERVICE",
     "WAIT",
     "Bar",
@@ -80,6 +83,8 @@ __all__ = [
     "Runner",
     "ServeSpec",
     "Thresholds",
+    "TlsClient",
+    "TlsConfigError",
     "UnitState",
     "UnitUnreadable",
     "build_report",

@@ -1,7 +1,8 @@
 """Checks an OpenAI-compatible vLLM endpoint from the outside, as a client would.
 
 Standard library at import time; the checks that speak the OpenAI API import the `openai`
-SDK when they run (the controller venv has it), so this file imports without it.
+SDK when they run (the controller venv has it), so this file imports without it. Over https
+both transports verify the node with `tls` (CA bundle, client certificate: _tls_client.py).
 Each check returns a CheckResult naming what was checked and, on failure, why.
 """
 
@@ -15,6 +16,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ansible.module_utils.urls import open_url
+
+from ._tls_client import TLS_REQUIRED_TOGETHER, TLS_SPEC, TlsClient, TlsConfigError, tls_reason
+
+__all__ = [
+    "ALL_CHECKS", "CHECKS", "PROMPT", "TLS_REQUIRED_TOGETHER", "TLS_SPEC", "CheckFailed",
+    "CheckResult", "Endpoint", "TlsClient", "TlsConfigError", "check_auth_required", "check_chat",
+    "check_chat_stream", "check_health", "check_models", "check_tokenize", "describe", "http",
+    "resolve_model", "run_checks", "summary",
+]
 
 ALL_CHECKS: tuple[str, ...] = (
     "health",
@@ -45,6 +55,7 @@ class Endpoint:
     model: str = ""
     timeout: float = 60.0
     max_tokens: int = 8
+    tls: TlsClient = field(default_factory=TlsClient)
     _models: list[str] = field(default_factory=list)
 
     @property
@@ -59,6 +70,7 @@ class Endpoint:
             api_key=self.api_key if api_key is None else api_key,
             timeout=self.timeout,
             max_retries=0,
+            http_client=self.tls.openai_http_client() if self.tls != TlsClient() else None,
         )
 
 
@@ -86,6 +98,7 @@ def http(
             method=method,
             timeout=endpoint.timeout,
             use_proxy=False,
+            **endpoint.tls.open_url_kwargs(),
         )
         with resp:
             return resp.status, resp.read()
@@ -192,10 +205,14 @@ CHECKS: dict[str, Callable[[Endpoint], str]] = {
 }
 
 
-def describe(exc: BaseException) -> str:
-    """A one-line reason for an exception, without secrets (the key is never in it)."""
+def describe(exc: BaseException, client: TlsClient | None = None) -> str:
+    """A one-line reason for an exception, without secrets (the key is never in it); a TLS
+    failure says what to set (`client`: the TLS options the check used)."""
     if isinstance(exc, CheckFailed):
         return str(exc)
+    tls = tls_reason(exc, client)
+    if tls:
+        return tls
     status = getattr(exc, "status_code", None)
     text = str(exc).splitlines()[0] if str(exc) else ""
     kind = type(exc).__name__
@@ -214,7 +231,7 @@ def run_checks(ep: Endpoint, names: list[str] | tuple[str, ...] = ALL_CHECKS) ->
         try:
             detail, ok = CHECKS[name](ep), True
         except Exception as exc:
-            detail, ok = describe(exc), False
+            detail, ok = describe(exc, ep.tls), False
         results.append(CheckResult(name, ok, detail, round(time.monotonic() - start, 3)))
     return results
 

@@ -49,10 +49,12 @@ from ._fingerprint.record import (
     prompts_sha256,
 )
 from ._fingerprint.reference import check_fits, checkpoint_id, compute
+from ._tls_client import TLS_REQUIRED_TOGETHER, TLS_SPEC, TlsClient, TlsConfigError
 
 __all__ = [
-    "DEFAULT_TOLERANCES", "STACK_PACKAGES", "Claims", "Endpoint", "Fingerprint", "PeerVerdict",
-    "Prompt", "Refused", "Scored", "Tolerance", "Verdict", "baseline_key", "compare",
+    "DEFAULT_TOLERANCES", "STACK_PACKAGES", "TLS_REQUIRED_TOGETHER", "TLS_SPEC", "Claims",
+    "Endpoint", "Fingerprint", "PeerVerdict", "Prompt", "Refused", "Scored", "TlsClient",
+    "TlsConfigError", "Tolerance", "Verdict", "baseline_key", "compare",
     "endpoint_fingerprint", "ineligible", "judge", "parse_prompts", "probe", "probe_claims",
     "read_claims", "reference_fingerprint", "references", "run", "tolerance_for", "unit_claims",
     "write_json",

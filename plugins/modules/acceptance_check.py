@@ -25,7 +25,10 @@ description:
   - C(serve) - one completion from the node's model, through the service's API when its unit
     is active (an activating unit is waited for, up to I(activating_timeout)), or from a
     short-lived server on 127.0.0.1 when the node has no such unit. A failed, restarting,
-    stopped or masked unit fails the check; no second server is started on its GPUs.
+    stopped or masked unit fails the check; no second server is started on its GPUs. Over
+    C(https://) (a I(base_url) of that scheme, or a temporary server whose I(server_args) carry
+    C(--ssl-certfile)) the server is verified with I(ca_path) and I(client_cert) is presented
+    when it requires a client certificate.
   - C(collectives) - all-reduce and all-to-all across the node's GPUs, one process per GPU
     through torch.distributed (RCCL), timed per size; bus bandwidth as rccl-tests defines it, at
     least I(allreduce_min_busbw) at I(allreduce_bytes) and I(alltoall_min_busbw) at
@@ -192,8 +195,8 @@ options:
     default: 5
   base_url:
     description: >-
-      The service's URL as seen from the node. Required by C(serve) (role acceptance passes
-      the published C(vllm_service_resolved.url)).
+      The service's URL as seen from the node, C(http://) or C(https://). Required by C(serve)
+      (role acceptance passes the published C(vllm_service_resolved.url)).
     type: str
   api_key:
     description: The service's API key (never logged, never in argv or the result).
@@ -226,6 +229,7 @@ options:
     default: 900
 extends_documentation_fragment:
   - instinct.vllm.attributes
+  - instinct.vllm.tls_client
 attributes:
   check_mode:
     support: full
@@ -242,6 +246,19 @@ EXAMPLES = r"""
     device: rocm
     python: "{{ vllm_service_resolved.python }}"
   register: matmul
+
+- name: One completion from a service that serves only mutual TLS
+  instinct.vllm.acceptance_check:
+    check: serve
+    device: rocm
+    python: "{{ vllm_service_resolved.python }}"
+    service: "{{ vllm_service_resolved.name }}"
+    base_url: "{{ vllm_service_resolved.url }}"
+    api_key: "{{ vllm_service_api_key }}"
+    ca_path: /etc/vllm/tls/ca.crt
+    client_cert: /etc/vllm/tls/node.crt
+    client_key: /etc/vllm/tls/node.key
+  register: serve
 """
 
 RETURN = r"""
@@ -260,11 +277,15 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.acceptance import (  # noqa: E402
     CHECKS,
     TIERS,
+    TLS_REQUIRED_TOGETHER,
+    TLS_SPEC,
     Bar,
     CollectiveSpec,
     NodeSpec,
     ServeSpec,
     Thresholds,
+    TlsClient,
+    TlsConfigError,
     collectives,
     firmware,
     gpu_health,
@@ -344,7 +365,9 @@ def main() -> None:
             "startup_timeout": {"type": "float", "default": 900.0},
             "activating_timeout": {"type": "float", "default": 3600.0},
             "poll_interval": {"type": "float", "default": 5.0},
+            **TLS_SPEC,
         },
+        required_together=TLS_REQUIRED_TOGETHER,
         required_if=[
             ("check", "serve", ["service", "base_url"]),
             ("check", "vllm_platform", ["service"]),
@@ -395,6 +418,11 @@ def main() -> None:
     elif p["check"] == "kernel_log":
         result = kernel_log(run, p["since"], node.gpu_skip_reason)
     else:
+        tls = TlsClient.from_params(p)
+        try:
+            tls.ssl_context()  # the files load, before the check
+        except TlsConfigError as exc:
+            module.fail_json(msg=str(exc))
         spec = ServeSpec(
             mode=p["serve_mode"],
             service=p["service"],
@@ -411,6 +439,7 @@ def main() -> None:
             startup_timeout=p["startup_timeout"],
             activating_timeout=p["activating_timeout"],
             poll_interval=p["poll_interval"],
+            tls=tls,
         )
         result = serve_check(spec, run, module.check_mode)
     out = redact(result.as_dict(), [p["api_key"], *secret_values(env)])

@@ -31,11 +31,15 @@ description:
     scores the probe's tokens on that node's endpoint (found in its I(unit_file)) and returns
     the verdict C(consensus), that node being the reference - or C(skipped) with the reason when
     the two claim different answers (served name, numerics flags or stack)."
+  - Over C(https://) the node is verified with I(ca_path) and I(client_cert) is presented when
+    the node requires a client certificate; the URL read from I(unit_file) is C(https://) when
+    the service has a certificate (C(--ssl-certfile)).
   - Reads only; check mode runs the same requests (a I(reference_cache) is then not written).
 options:
   base_url:
     description: Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted). Empty -
-      the URL of the service in I(unit_file) (loopback when it listens on every address).
+      the URL of the service in I(unit_file) (loopback when it listens on every address,
+      C(https://) when it has a certificate).
     type: str
     default: ""
   api_key:
@@ -121,6 +125,7 @@ options:
     default: false
 extends_documentation_fragment:
   - instinct.vllm.attributes
+  - instinct.vllm.tls_client
 attributes:
   check_mode:
     support: full
@@ -170,6 +175,17 @@ EXAMPLES = r"""
     unit_file: /etc/systemd/system/vllm.service
     consensus_of: "{{ changed_node.probe }}"
   delegate_to: node-2
+
+- name: Fingerprint a node that serves only mutual TLS, from the controller
+  instinct.vllm.fingerprint:
+    base_url: https://node-1.example.com:8000
+    api_key: "{{ vllm_service_api_key }}"
+    model: demo
+    prompts: "{{ fingerprint_prompts }}"
+    ca_path: "{{ fleet_pki_resolved.ca }}"
+    client_cert: "{{ fleet_pki_resolved.client_cert }}"
+    client_key: "{{ fleet_pki_resolved.client_key }}"
+  delegate_to: localhost
 """
 
 RETURN = r"""
@@ -213,8 +229,12 @@ refused:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.fingerprint import (  # noqa: E402
+    TLS_REQUIRED_TOGETHER,
+    TLS_SPEC,
     Endpoint,
     Refused,
+    TlsClient,
+    TlsConfigError,
     judge,
     parse_prompts,
     probe,
@@ -248,6 +268,7 @@ SPEC = {
     "consensus_probe": {"type": "bool", "default": False},
     "consensus_of": {"type": "dict"},
     "reference_only": {"type": "bool", "default": False},
+    **TLS_SPEC,
 }
 
 
@@ -257,7 +278,12 @@ def _endpoint(module: AnsibleModule, claims: dict[str, str] | None) -> Endpoint:
     model = p["model"] or (claims or {}).get("served_model_name", "")
     if not base_url or not model:
         module.fail_json(msg="base_url and model are required without a unit_file", refused=False)
-    return Endpoint(base_url, p["api_key"], model, p["timeout"])
+    tls = TlsClient.from_params(p)
+    try:
+        tls.ssl_context()  # the files load, before any request
+    except TlsConfigError as exc:
+        module.fail_json(msg=str(exc), refused=False)
+    return Endpoint(base_url, p["api_key"], model, p["timeout"], tls)
 
 
 def _claims(module: AnsibleModule) -> dict[str, str] | None:
@@ -304,7 +330,8 @@ def reference_only(module: AnsibleModule) -> None:
 
 
 def main() -> None:
-    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=SPEC, required_together=TLS_REQUIRED_TOGETHER,
+                           supports_check_mode=True)
     p = module.params
     if p["consensus_of"] is not None:
         consensus(module)

@@ -15,9 +15,12 @@ description:
   - "Meant to run on the controller (C(delegate_to: localhost)) with an interpreter that has the
     C(openai) package."
   - Fails when any check fails; the message names each failed check and why.
+  - Over C(https://) both the plain requests and the SDK verify the node with I(ca_path) and
+    present I(client_cert) when the node requires a client certificate.
 options:
   base_url:
-    description: Server root, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted).
+    description: Server root, e.g. http://127.0.0.1:8000 or https://node-1:8000 (a trailing /v1
+      is accepted).
     type: str
     required: true
   api_key:
@@ -44,6 +47,7 @@ options:
     default: 8
 extends_documentation_fragment:
   - instinct.vllm.attributes
+  - instinct.vllm.tls_client
 attributes:
   check_mode:
     support: full
@@ -59,6 +63,17 @@ EXAMPLES = r"""
     base_url: http://10.0.0.11:8000
     api_key: "{{ vllm_service_api_key }}"
     model: gpt-oss-120b
+  delegate_to: localhost
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+
+- name: Verify a node that serves only mutual TLS
+  instinct.vllm.vllm_endpoint_check:
+    base_url: https://node-1.example.com:8000
+    api_key: "{{ vllm_service_api_key }}"
+    ca_path: "{{ fleet_pki_resolved.ca }}"
+    client_cert: "{{ fleet_pki_resolved.client_cert }}"
+    client_key: "{{ fleet_pki_resolved.client_key }}"
   delegate_to: localhost
   vars:
     ansible_python_interpreter: "{{ ansible_playbook_python }}"
@@ -78,7 +93,11 @@ model:
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.instinct.vllm.plugins.module_utils.endpoint_check import (  # noqa: E402
     ALL_CHECKS,
+    TLS_REQUIRED_TOGETHER,
+    TLS_SPEC,
     Endpoint,
+    TlsClient,
+    TlsConfigError,
     run_checks,
     summary,
 )
@@ -94,11 +113,18 @@ def main() -> None:
                        "choices": list(ALL_CHECKS)},
             "timeout": {"type": "float", "default": 60.0},
             "max_tokens": {"type": "int", "default": 8, "no_log": False},
+            **TLS_SPEC,
         },
+        required_together=TLS_REQUIRED_TOGETHER,
         supports_check_mode=True,
     )
     p = module.params
-    ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"], p["max_tokens"])
+    tls = TlsClient.from_params(p)
+    try:
+        tls.ssl_context()  # the files load, before any check
+    except TlsConfigError as exc:
+        module.fail_json(msg=str(exc), checks=[])
+    ep = Endpoint(p["base_url"], p["api_key"], p["model"], p["timeout"], p["max_tokens"], tls)
     results = run_checks(ep, p["checks"])
     out = {
         "changed": False,

@@ -2,7 +2,8 @@
 (/tokenize, greedy completions and chats with token ids, teacher-forced prompt_logprobs per
 position) the way vLLM shapes those answers, with every log-probability moved by `shift` (0: the
 same answers every time); /v1/models says its `max_model_len`, and a request longer than that is
-refused with HTTP 400 as vLLM refuses it. Used by the module's tests and acceptance's check
+refused with HTTP 400 as vLLM refuses it; with a `pki` (tls_pki.py) it serves only mutual TLS,
+as a node with a certificate does. Used by the module's tests and acceptance's check
 fingerprint."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tls_pki import Pki, serve_mtls
 
 KEY = "fp-test-key"
 
@@ -92,16 +95,19 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def stand_in(shift: float = 0.0, max_model_len: int = 4096
+def stand_in(shift: float = 0.0, max_model_len: int = 4096, pki: Pki | None = None
              ) -> Iterator[tuple[str, type[Handler]]]:
-    """A running stand-in endpoint: its base URL (…/v1) and its handler class (`seen`,
-    `shift` may be changed while it runs)."""
+    """A running stand-in endpoint: its base URL (…/v1; https with `pki`) and its handler class
+    (`seen`, `shift` may be changed while it runs)."""
     handler = type("ShiftedHandler", (Handler,), {"shift": shift, "seen": [],
                                                   "max_model_len": max_model_len})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if pki is not None:
+        serve_mtls(httpd, pki)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    scheme = "https" if pki is not None else "http"
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", handler
+        yield f"{scheme}://127.0.0.1:{httpd.server_address[1]}/v1", handler
     finally:
         httpd.shutdown()
         httpd.server_close()

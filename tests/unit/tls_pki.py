@@ -1,9 +1,14 @@
-"""A throw-away PKI for TLS tests: a CA, certificates it signs (ECDSA P-256, PEM files)."""
+"""A throw-away PKI for TLS tests: a CA, certificates it signs (ECDSA P-256, PEM files, as the
+fleet's); ``make_pki``, the set the module tests use; and ``serve_mtls``, which makes a local HTTP
+server answer only clients that present a certificate of the CA."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
+from dataclasses import dataclass
+from http.server import HTTPServer
 from pathlib import Path
 
 from cryptography import x509
@@ -93,3 +98,45 @@ class Ca:
         crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path, password)
         return crt, key_path
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    stranger_cert: Path  # a client certificate of another CA
+    stranger_key: Path
+
+
+def make_pki(tmp: Path) -> Pki:
+    """A CA, a node certificate for 127.0.0.1 and localhost, the controller's client certificate
+    and a client certificate of another CA."""
+    ca = Ca(tmp, "ca")
+    server = ca.issue("node", dns=("localhost",), ips=("127.0.0.1",))
+    client = ca.issue("controller", dns=(), ips=())
+    stranger = Ca(tmp, "other-ca").issue("stranger", dns=(), ips=())
+    return Pki(ca.path, *server, *client, *stranger)
+
+
+def serve_mtls(httpd: HTTPServer, pki: Pki) -> None:
+    """Make ``httpd`` (not yet serving) speak TLS with the node's certificate and require a client
+    certificate signed by the CA, as a node's vLLM does (--ssl-cert-reqs 2). The handshake runs
+    in the request's thread, so a refused client does not hold up the others."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(pki.server_cert, pki.server_key)
+    ctx.load_verify_locations(pki.ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+    handle = httpd.finish_request
+
+    def finish_request(request, client_address):  # type: ignore[no-untyped-def]
+        try:
+            request.do_handshake()
+        except (ssl.SSLError, OSError):
+            return
+        handle(request, client_address)
+
+    httpd.finish_request = finish_request  # type: ignore[method-assign]

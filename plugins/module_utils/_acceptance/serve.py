@@ -7,7 +7,9 @@ waited for, up to a bound. When the node has no vLLM unit at all (first contact,
 vllm_service), a short-lived server is started from the node's venv on 127.0.0.1 with a one-time
 API key passed in its environment (never argv), asked once, and stopped. A failed, restarting,
 stopped or masked unit is a failed check: the node is not put back into service on top of it,
-and no second vLLM is started on GPUs it may take. unit.py holds the decision.
+and no second vLLM is started on GPUs it may take. unit.py holds the decision. Over https
+(a service or a temporary server with --ssl-certfile) the client verifies the server with the
+spec's `tls` and presents its client certificate (_tls_client.py).
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._tls_client import TlsClient, tls_reason
 from .probe import Runner, tail
 from .result import ERROR, FAILED, OK, SKIPPED, CheckResult, redact
 from .unit import FAIL, USE_SERVICE, UnitUnreadable, read_unit, settle
-
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass
@@ -53,22 +54,27 @@ class ServeSpec:
     # an activating unit (its model loading): seconds to wait at most, seconds between looks
     activating_timeout: float = 3600.0
     poll_interval: float = 5.0
+    # https: the CA that signed the server's certificate and the client certificate
+    tls: TlsClient = field(default_factory=TlsClient)
 
 
-def request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, Any]:
-    """(HTTP status, parsed JSON or text); status 0 when nothing answered."""
+def request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float,
+            tls: TlsClient | None = None) -> tuple[int, Any]:
+    """(HTTP status, parsed JSON or text); status 0 when nothing answered (a TLS failure says
+    what to set). No proxy: the node is asked directly."""
+    tls = tls or TlsClient()
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
     req.add_header("Content-Type", "application/json")
     if api_key:
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with _NO_PROXY.open(req, timeout=timeout) as resp:
+        with tls.urllib_opener().open(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read().decode(errors="replace")
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read().decode(errors="replace")
-    except (OSError, urllib.error.URLError) as exc:
-        return 0, f"{type(exc).__name__}: {exc}"
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        return 0, tls_reason(exc, tls) or f"{type(exc).__name__}: {exc}"
     try:
         return status, json.loads(raw)
     except ValueError:
@@ -78,7 +84,7 @@ def request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float)
 def complete(base_url: str, api_key: str, model: str, spec: ServeSpec) -> tuple[bool, str, dict]:
     """One completion through the OpenAI-compatible API: (ok, reason, detail)."""
     root = base_url.rstrip("/").removesuffix("/v1")
-    status, models = request(root + "/v1/models", api_key, None, spec.timeout)
+    status, models = request(root + "/v1/models", api_key, None, spec.timeout, spec.tls)
     if status != 200 or not isinstance(models, dict):
         return False, f"GET /v1/models answered {status}: {str(models)[:200]}", {}
     served = [m.get("id") for m in models.get("data", [])]
@@ -87,7 +93,7 @@ def complete(base_url: str, api_key: str, model: str, spec: ServeSpec) -> tuple[
         return False, f"model {model!r} is not served (served: {served})", {"served": served}
     body = {"model": model, "prompt": spec.prompt, "max_tokens": spec.max_tokens, "temperature": 0}
     start = time.monotonic()
-    status, answer = request(root + "/v1/completions", api_key, body, spec.timeout)
+    status, answer = request(root + "/v1/completions", api_key, body, spec.timeout, spec.tls)
     latency = round(time.monotonic() - start, 3)
     detail: dict[str, Any] = {"model": model, "served": served, "latency_seconds": latency}
     if status != 200 or not isinstance(answer, dict) or not answer.get("choices"):
@@ -121,6 +127,12 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+def server_scheme(argv: list[str]) -> str:
+    """https when vLLM's flags give it a certificate (--ssl-certfile), else http."""
+    tls = any(a == "--ssl-certfile" or a.startswith("--ssl-certfile=") for a in argv)
+    return "https" if tls else "http"
+
+
 def temporary_server(spec: ServeSpec) -> tuple[bool, str, dict]:
     """Start vLLM's OpenAI server from the venv, one completion, stop it."""
     if not spec.model_path:
@@ -142,7 +154,7 @@ def temporary_server(spec: ServeSpec) -> tuple[bool, str, dict]:
     if spec.model:
         argv += ["--served-model-name", spec.model]
     env = {**os.environ, **spec.server_env, "VLLM_API_KEY": key}
-    base = f"http://127.0.0.1:{port}"
+    base = f"{server_scheme(spec.server_args)}://127.0.0.1:{port}"
     detail: dict[str, Any] = {"argv": argv}
     with tempfile.TemporaryFile(mode="w+") as log:
         start = time.monotonic()
@@ -150,13 +162,13 @@ def temporary_server(spec: ServeSpec) -> tuple[bool, str, dict]:
             argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         try:
-            ready = _wait_ready(proc, base, spec.startup_timeout)
+            refused = _wait_ready(proc, base, spec.startup_timeout, spec.tls)
             detail["startup_seconds"] = round(time.monotonic() - start, 1)
-            if ready:
+            if refused:
+                ok, reason = False, f"the temporary server was not ready ({refused})"
+            else:
                 ok, reason, more = complete(base, key, spec.model, spec)
                 detail.update(more)
-            else:
-                ok, reason = False, f"the temporary server was not ready ({_exit(proc)})"
         finally:
             _stop(proc)
         if not ok:
@@ -170,14 +182,19 @@ def _exit(proc: subprocess.Popen) -> str:
     return "still starting at the timeout" if code is None else f"it exited {code}"
 
 
-def _wait_ready(proc: subprocess.Popen, base: str, timeout: float) -> bool:
+def _wait_ready(proc: subprocess.Popen, base: str, timeout: float,
+                tls: TlsClient | None = None) -> str:
+    """'' once /health answers 200; else why not: the server exited, is still starting at the
+    timeout, or refused the TLS connection (no use waiting for that)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        status = request(base + "/health", "", None, 5)[0]
+        status, answer = request(base + "/health", "", None, 5, tls)
         if status == 200:
-            return True
+            return ""
+        if status == 0 and str(answer).startswith("TLS: "):
+            return str(answer)
         time.sleep(1)
-    return False
+    return _exit(proc)
 
 
 def serve_check(spec: ServeSpec, run: Runner, check_mode: bool = False) -> CheckResult:

