@@ -11,8 +11,7 @@ client without a fleet certificate cannot talk to a node at all.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
+import shutil
 import socket
 import ssl
 import threading
@@ -20,10 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from gateway_harness import (
     NO_HAPROXY,
     TIMEOUT,
@@ -35,75 +30,21 @@ from gateway_harness import (
     running_gateway,
     wait_for,
 )
+from tls_pki import Ca
 
 pytestmark = NO_HAPROXY
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-class CA:
-    """A fleet CA as role fleet_pki makes one (ECDSA P-256)."""
-
-    def __init__(self, common_name: str) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder().subject_name(_name(common_name))
-            .issuer_name(_name(common_name)).public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
-
-    def pem(self) -> bytes:
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-    def issue(self, directory: Path, stem: str, names: list[str]) -> tuple[Path, Path]:
-        """<stem>.pem and <stem>.pem.key: a certificate for ``names`` (DNS names or
-        addresses), server and client usage, as role fleet_pki issues a node's."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        alt: list[x509.GeneralName] = []
-        for name in names:
-            try:
-                alt.append(x509.IPAddress(ipaddress.ip_address(name)))
-            except ValueError:
-                alt.append(x509.DNSName(name))
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder().subject_name(_name(names[0]))
-            .issuer_name(self.cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
-            .sign(self.key, hashes.SHA256())
-        )  # fmt: skip
-        crt, key_file = directory / f"{stem}.pem", directory / f"{stem}.pem.key"
-        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(_pem_key(key))
-        return crt, key_file
-
-
 @contextlib.contextmanager
-def tls_node(directory: Path, ca: CA, names: list[str]) -> Iterator[Node]:
-    """The stand-in node behind TLS that requires a client certificate signed by ``ca``."""
+def tls_node(directory: Path, ca: Ca, name: str) -> Iterator[Node]:
+    """The stand-in node behind TLS, its certificate signed by ``ca`` for ``name`` and
+    127.0.0.1, requiring a client certificate signed by ``ca``."""
     directory.mkdir(exist_ok=True)
-    crt, key = ca.issue(directory, "node", names)
+    ca.directory = directory
+    crt, key = ca.issue(name, dns=(name,), ips=("127.0.0.1",))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(crt, key)
-    context.load_verify_locations(cadata=ca.pem().decode())
+    context.load_verify_locations(ca.path)
     context.verify_mode = ssl.CERT_REQUIRED
     state = Node()
     server = QuietServer(("127.0.0.1", 0), node_handler(state))
@@ -119,10 +60,12 @@ def tls_node(directory: Path, ca: CA, names: list[str]) -> Iterator[Node]:
         thread.join(TIMEOUT)
 
 
-def fleet_files(directory: Path, fleet: CA) -> None:
+def fleet_files(directory: Path, fleet: Ca) -> None:
     """What role gateway's tls.yml installs from role fleet_pki's files."""
-    (directory / "fleet-ca.crt").write_bytes(fleet.pem())
-    fleet.issue(directory, "fleet-client", ["gateway"])
+    shutil.copy(fleet.path, directory / "fleet-ca.crt")
+    crt, key = fleet.issue("gateway", dns=(), ips=())
+    shutil.copy(crt, directory / "fleet-client.pem")
+    shutil.copy(key, directory / "fleet-client.pem.key")
 
 
 MTLS = {"fleet_pki_resolved": {"enabled": True}}
@@ -143,12 +86,13 @@ def server_states(gw: Gateway) -> dict[str, str]:
 def test_the_gateway_sends_only_to_nodes_it_verified(tmp_path):
     """node1: the fleet CA, its own name; node2: another CA; node3: the fleet CA, another
     name. Only node1 comes UP and gets the requests; node2 and node3 get none."""
-    fleet = CA("instinct-vllm fleet CA")
+    fleet = Ca(tmp_path, "fleet-root")
     fleet_files(tmp_path, fleet)
+    other = Ca(tmp_path, "other-ca")
     with contextlib.ExitStack() as stack:
-        nodes = [stack.enter_context(tls_node(tmp_path / name, ca, [cert_name, "127.0.0.1"]))
+        nodes = [stack.enter_context(tls_node(tmp_path / name, ca, cert_name))
                  for name, ca, cert_name in [("node1", fleet, "node1"),
-                                             ("node2", CA("someone else"), "node2"),
+                                             ("node2", other, "node2"),
                                              ("node3", fleet, "node-x")]]
         backends = [{"name": f"node{i}", "address": "127.0.0.1", "port": n.port}
                     for i, n in enumerate(nodes, 1)]
@@ -169,9 +113,9 @@ def test_the_gateway_sends_only_to_nodes_it_verified(tmp_path):
 
 
 def test_a_client_without_a_fleet_certificate_cannot_talk_to_the_node(tmp_path):
-    fleet = CA("instinct-vllm fleet CA")
-    with tls_node(tmp_path, fleet, ["node1", "127.0.0.1"]) as node:
-        context = ssl.create_default_context(cadata=fleet.pem().decode())
+    fleet = Ca(tmp_path, "fleet-root")
+    with tls_node(tmp_path, fleet, "node1") as node:
+        context = ssl.create_default_context(cafile=fleet.path)
         plain = socket.create_connection(("127.0.0.1", node.port), timeout=TIMEOUT)
         with pytest.raises(OSError), context.wrap_socket(plain, server_hostname="node1") as sock:
             sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: node1\r\n\r\n")
