@@ -34,7 +34,7 @@ PLAYBOOK = """
   tasks:
     - test_facts: {facts: "{{ test_network_facts }}"}
       when: test_network_facts is defined
-    - ansible.builtin.import_role: {name: instinct.vllm.fleet_pki}
+    - ansible.builtin.import_role: {name: instinct.vllm.fleet_pki@ENTRY@}
     - ansible.builtin.copy:
         content: "{{ fleet_pki_resolved | to_json }}"
         dest: "@OUT@/{{ inventory_hostname }}.json"
@@ -61,16 +61,19 @@ def inventory(node1_address: str = "10.88.1.11") -> dict[str, Any]:
     }}}  # fmt: skip
 
 
-def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, **variables: Any) -> dict:
-    """Run the role over the fleet with fleet_pki_dir ``pki``: the changed count per host and
-    each host's fleet_pki_resolved."""
+def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, entry: str = "main",
+         **variables: Any) -> dict:
+    """Run the role (its entry point ``entry``) over the fleet with fleet_pki_dir ``pki``: the
+    changed count per host and each host's fleet_pki_resolved."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     (work / "library").mkdir(exist_ok=True)
     (work / "library" / "test_facts.py").write_text(FACTS_MODULE)
     (work / "hosts.yml").write_text(yaml.safe_dump(inv or inventory()))
-    (work / "play.yml").write_text(PLAYBOOK.replace("@OUT@", str(out)))
+    tasks_from = "" if entry == "main" else f", tasks_from: {entry}"
+    text = PLAYBOOK.replace("@OUT@", str(out)).replace("@ENTRY@", tasks_from)
+    (work / "play.yml").write_text(text)
     run = run_local_playbook(work / "play.yml",
                              {"instinct_vllm_tls": True, "fleet_pki_dir": str(pki), **variables},
                              inventory=str(work / "hosts.yml"), timeout=300)  # fmt: skip
@@ -222,6 +225,16 @@ def test_disabled_writes_nothing_and_publishes_disabled(tmp_path: Path) -> None:
                                          "client_cert": "", "client_key": ""}  # fmt: skip
 
 
+def test_the_publish_entry_point_writes_nothing(tmp_path: Path) -> None:
+    pki = tmp_path / "pki"
+    result = play(tmp_path, pki, entry="publish")
+    assert not pki.exists()
+    assert result["facts"]["pki-gw"] == {
+        "enabled": True, "ca": f"{pki}/ca.crt", "cert": f"{pki}/pki-gw.crt",
+        "key": f"{pki}/pki-gw.key", "client_cert": f"{pki}/controller.crt",
+        "client_key": f"{pki}/controller.key"}  # fmt: skip
+
+
 BAD = {
     "certificate alone": ({"fleet_pki_ca_certificate": "PEM"}, "fleet_pki_ca_private_key is empty"),
     "key alone": ({"fleet_pki_ca_private_key": "PEM"}, "fleet_pki_ca_certificate is empty"),
@@ -237,7 +250,7 @@ BAD = {
 
 def test_bad_inputs_fail_before_any_file(tmp_path: Path) -> None:
     play_file = tmp_path / "play.yml"
-    play_file.write_text(PLAYBOOK.replace("@OUT@", str(tmp_path)).replace(
+    play_file.write_text(PLAYBOOK.replace("@OUT@", str(tmp_path)).replace("@ENTRY@", "").replace(
         "    - test_facts: {facts: \"{{ test_network_facts }}\"}\n"
         "      when: test_network_facts is defined\n", ""))
     cases = {name: {**over, "instinct_vllm_tls": True, "fleet_pki_dir": str(tmp_path / f"pki{n}")}
