@@ -51,7 +51,7 @@ def _node_tasks(entry: str) -> list[dict[str, Any]]:
 def test_node_sequence_runs_every_role_and_the_contract_in_order() -> None:
     assert _roles(_node_tasks("stage.yml")) == [
         "preflight", "rocm", "vllm", "model", "vllm_service:publish", "vllm:contract",
-        "firewall", "vllm_service:stage"]
+        "firewall", "fleet_pki", "vllm_service:stage"]
     assert _roles(_node_tasks("switch.yml")) == ["vllm_service:switch"]
     assert [t["ansible.builtin.import_tasks"] for t in _node_tasks("main.yml")] == [
         "stage.yml", "switch.yml"]

@@ -35,9 +35,13 @@ THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
 - ansible.builtin.include_role:
     name: instinct.vllm.vllm_facts
+- ansible.builtin.include_role:
+    name: instinct.vllm.fleet_pki_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
     "gateway_render": ("gateway", """
+- ansible.builtin.include_role:
+    name: instinct.vllm.fleet_pki_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/gateway/tasks/publish.yml
 - ansible.builtin.set_fact:
     _gateway_backends: [{name: node, address: 127.0.0.1, port: 8000}]
@@ -48,6 +52,8 @@ THIN_ROLES = {
   delegate_to: localhost
 """),
     "monitoring_render": ("monitoring", """
+- ansible.builtin.include_role:
+    name: instinct.vllm.fleet_pki_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/monitoring/tasks/targets.yml
 - ansible.builtin.template:
     src: @ROOT@/roles/monitoring/templates/prometheus.yml.j2

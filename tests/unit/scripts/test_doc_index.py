@@ -55,15 +55,16 @@ def test_readme_names_every_role():
 def test_map_names_the_groups_the_plays_run_on():
     table = di.render_map(ROOT)
     assert "| `playbooks/gateway.yml` | Configure the API gateway | `gateways` " \
-           "(`instinct_vllm_gateway_group`) | gateway |" in table
+           "(`instinct_vllm_gateway_group`) | gateway, fleet_pki |" in table
     site = next(line for line in table.splitlines()
                 if line.startswith("| `playbooks/site.yml` | Prepare"))
     assert "`vllm_nodes` (`instinct_vllm_hosts`)" in site
     # role node, then the roles it includes (with their dependencies), in order: its
     # tasks/main.yml imports its task files stage.yml and switch.yml
     assert site.endswith("| node, stack, vllm_service_facts, model_facts, vllm_facts, rocm_facts, "
-                         "preflight, rocm, vllm, model, vllm_service (publish), vllm (contract), "
-                         "firewall, vllm_service (stage), vllm_service (switch) |")
+                         "preflight, rocm, vllm, model, fleet_pki_facts, vllm_service (publish), "
+                         "vllm (contract), firewall, fleet_pki, vllm_service (stage), "
+                         "vllm_service (switch) |")
     gateways, pick, canary, rest = [line for line in table.splitlines()
                                     if line.startswith("| `playbooks/rolling_update.yml` |")]
     # first the gateways publish their facts (the runtime API and backend of the drain)
@@ -77,8 +78,9 @@ def test_map_names_the_groups_the_plays_run_on():
     # rocm's pending reboot once drained, then role node's switch; the canary and the rest alike
     assert canary.split(" | ")[-1] == rest.split(" | ")[-1]
     assert rest.endswith("| stack, vllm_service_facts, rollout, node (stage), model_facts, "
-                         "vllm_facts, rocm_facts, preflight, rocm, vllm, model, "
-                         "vllm_service (publish), vllm (contract), firewall, vllm_service (stage), "
+                         "vllm_facts, rocm_facts, preflight, rocm, vllm, model, fleet_pki_facts, "
+                         "vllm_service (publish), vllm (contract), firewall, fleet_pki, "
+                         "vllm_service (stage), "
                          "fingerprint_gate (reference), rocm (pending_reboot), node (switch), "
                          "vllm_service (switch) |")
 
