@@ -271,7 +271,7 @@ def render(directory: Path, node_port: int, port: int, metrics_port: int,
         "gateway_node_api_key": NODE_KEY,
         "gateway_health_interval": "500ms",
         "gateway_auth_fail_limit": AUTH_FAIL_LIMIT,
-        "fleet_pki_resolved": {"enabled": False},  # plain HTTP to the nodes (mTLS: test_gateway_mtls)
+        "fleet_pki_resolved": {"enabled": False},  # plain HTTP (mTLS: test_gateway_mtls.py)
         "_gateway_backends": backends or [{"name": "node1", "address": "127.0.0.1",
                                            "port": node_port}],
         "ansible_python_interpreter": sys.executable,
