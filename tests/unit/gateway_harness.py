@@ -152,10 +152,13 @@ class QuietServer(ThreadingHTTPServer):
         pass  # HAProxy's health checks close their connection as soon as they have the status
 
 
-@pytest.fixture(scope="session")
-def gateway_node() -> Iterator[Node]:
+@contextlib.contextmanager
+def node_server(context: ssl.SSLContext | None = None) -> Iterator[Node]:
+    """A stand-in node on a free loopback port, behind TLS when ``context`` is given."""
     state = Node()
     server = QuietServer(("127.0.0.1", 0), node_handler(state))
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     state.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -166,6 +169,12 @@ def gateway_node() -> Iterator[Node]:
         server.shutdown()
         server.server_close()
         thread.join(TIMEOUT)
+
+
+@pytest.fixture(scope="session")
+def gateway_node() -> Iterator[Node]:
+    with node_server() as state:
+        yield state
 
 
 # --- the gateway: the role's templates, rendered and run -----------------------------------------

@@ -121,14 +121,21 @@ def make_pki(tmp: Path) -> Pki:
     return Pki(ca.path, *server, *client, *stranger)
 
 
+def mtls_server_context(ca: Path, cert: Path, key: Path) -> ssl.SSLContext:
+    """A server's TLS settings as vLLM's with --ssl-certfile/--ssl-keyfile/--ssl-ca-certs and
+    --ssl-cert-reqs 2: its certificate, and a client certificate of ``ca`` required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
 def serve_mtls(httpd: HTTPServer, pki: Pki) -> None:
     """Make ``httpd`` (not yet serving) speak TLS with the node's certificate and require a client
     certificate signed by the CA, as a node's vLLM does (--ssl-cert-reqs 2). The handshake runs
     in the request's thread, so a refused client does not hold up the others."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(pki.server_cert, pki.server_key)
-    ctx.load_verify_locations(pki.ca)
-    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx = mtls_server_context(pki.ca, pki.server_cert, pki.server_key)
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
     handle = httpd.finish_request
 

@@ -14,7 +14,6 @@ import contextlib
 import shutil
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,13 +23,12 @@ from gateway_harness import (
     TIMEOUT,
     Gateway,
     Node,
-    QuietServer,
-    node_handler,
+    node_server,
     request,
     running_gateway,
     wait_for,
 )
-from tls_pki import Ca
+from tls_pki import Ca, mtls_server_context
 
 pytestmark = NO_HAPROXY
 
@@ -42,22 +40,8 @@ def tls_node(directory: Path, ca: Ca, name: str) -> Iterator[Node]:
     directory.mkdir(exist_ok=True)
     ca.directory = directory
     crt, key = ca.issue(name, dns=(name,), ips=("127.0.0.1",))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(crt, key)
-    context.load_verify_locations(ca.path)
-    context.verify_mode = ssl.CERT_REQUIRED
-    state = Node()
-    server = QuietServer(("127.0.0.1", 0), node_handler(state))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with node_server(mtls_server_context(ca.path, crt, key)) as state:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT)
 
 
 def fleet_files(directory: Path, fleet: Ca) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from script_loader import load_script
-from tls_pki import Ca
+from tls_pki import Ca, mtls_server_context
 
 ROOT = Path(__file__).resolve().parents[3]
 WRAPPER = ROOT / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
@@ -223,10 +223,7 @@ REFUSED = r"CERTIFICATE_REQUIRED|HANDSHAKE_FAILURE|UNKNOWN_CA|SSLEOFError|Connec
 @contextlib.contextmanager
 def tls_server(ca: Path, cert: tuple[Path, Path]) -> Iterator[tuple[int, Seen]]:
     """A server like vLLM with --ssl-certfile/--ssl-keyfile/--ssl-ca-certs/--ssl-cert-reqs 2."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*cert)
-    context.load_verify_locations(cafile=ca)
-    context.verify_mode = ssl.CERT_REQUIRED
+    context = mtls_server_context(ca, *cert)
     seen = Seen()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen))
     server.daemon_threads = True
