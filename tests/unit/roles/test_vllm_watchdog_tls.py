@@ -246,36 +246,25 @@ def test_the_watchdog_presents_the_node_certificate(pki: Pki) -> None:
     assert seen.requests == [("GET", "/health", "node")]
 
 
-def test_without_a_client_certificate_vllm_refuses(pki: Pki) -> None:
-    with tls_server(pki.ca, pki.node) as (port, seen):
-        context = wd.client_context(str(pki.ca), "", "")
+# (the server's certificate, the watchdog's CA and client certificate, what the failure says)
+REFUSALS = {
+    "without a client certificate vLLM refuses": ("node", "ca", None, REFUSED),
+    "a client certificate of another CA is refused": ("node", "ca", "stranger", REFUSED),
+    "with the wrong CA the watchdog refuses the server": (
+        "node", "other_ca", "node", "CERTIFICATE_VERIFY_FAILED"),
+    # a certificate of the right CA for another host (no 127.0.0.1)
+    "the server name is checked": ("elsewhere", "ca", "node", "mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=lambda c: c.replace(" ", "_"))
+def test_a_refused_handshake_sends_no_request(pki: Pki, case: str) -> None:
+    server_cert, ca, client, says = REFUSALS[case]
+    with tls_server(pki.ca, getattr(pki, server_cert)) as (port, seen):
+        client_files = map(str, getattr(pki, client)) if client else ("", "")
+        context = wd.client_context(str(getattr(pki, ca)), *client_files)
         code, _body, detail = wd.http_call(f"https://127.0.0.1:{port}/health", 5.0, context=context)
-    assert code is None and re.search(REFUSED, detail), detail
-    assert seen.requests == []
-
-
-def test_a_client_certificate_of_another_ca_is_refused(pki: Pki) -> None:
-    with tls_server(pki.ca, pki.node) as (port, seen):
-        context = wd.client_context(str(pki.ca), *map(str, pki.stranger))
-        code, _body, detail = wd.http_call(f"https://127.0.0.1:{port}/health", 5.0, context=context)
-    assert code is None and re.search(REFUSED, detail), detail
-    assert seen.requests == []
-
-
-def test_with_the_wrong_ca_the_watchdog_refuses_the_server(pki: Pki) -> None:
-    with tls_server(pki.ca, pki.node) as (port, seen):
-        context = wd.client_context(str(pki.other_ca), *map(str, pki.node))
-        code, _body, detail = wd.http_call(f"https://127.0.0.1:{port}/health", 5.0, context=context)
-    assert code is None and "CERTIFICATE_VERIFY_FAILED" in detail, detail
-    assert seen.requests == []
-
-
-def test_the_server_name_is_checked(pki: Pki) -> None:
-    """A certificate of the right CA for another host (no 127.0.0.1) is refused."""
-    with tls_server(pki.ca, pki.elsewhere) as (port, seen):
-        context = wd.client_context(str(pki.ca), *map(str, pki.node))
-        code, _body, detail = wd.http_call(f"https://127.0.0.1:{port}/health", 5.0, context=context)
-    assert code is None and "mismatch" in detail, detail
+    assert code is None and re.search(says, detail), detail
     assert seen.requests == []
 
 
