@@ -125,7 +125,7 @@ def copy_of(fleet_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_the_chain_the_usages_and_the_names(fleet: tuple[Path, dict]) -> None:
-    pki, _ = fleet
+    pki = fleet[0]
     ca = pki / "ca.crt"
     assert "CA:TRUE" in text(ca)
     for node in NODES:
@@ -254,9 +254,9 @@ def test_bad_inputs_fail_before_any_file(tmp_path: Path) -> None:
         "    - test_facts: {facts: \"{{ test_network_facts }}\"}\n"
         "      when: test_network_facts is defined\n", ""))
     cases = {name: {**over, "instinct_vllm_tls": True, "fleet_pki_dir": str(tmp_path / f"pki{n}")}
-             for n, (name, (over, _)) in enumerate(BAD.items())}  # fmt: skip
+             for n, (name, (over, _message)) in enumerate(BAD.items())}  # fmt: skip
     results = run_cases(play_file, cases)
-    for n, (name, (_, message)) in enumerate(BAD.items()):
+    for n, (name, (_over, message)) in enumerate(BAD.items()):
         if not message:
             assert not results[name].failed, results[name].output
             assert (tmp_path / f"pki{n}" / "ca.crt").is_file()

@@ -90,7 +90,7 @@ def test_the_gateway_sends_only_to_nodes_it_verified(tmp_path):
                     "UP", "DOWN", "DOWN"]
 
             wait_for(settled, "node1 UP, node2 and node3 DOWN", timeout=3 * TIMEOUT)
-            answers = [request(gw, "GET", "/v1/models", "other")[0] for _ in range(6)]
+            answers = [request(gw, "GET", "/v1/models", "other")[0] for _request in range(6)]
     assert answers == [200] * 6
     assert nodes[0].paths().count("/v1/models") == 6
     assert nodes[1].paths() == [] and nodes[2].paths() == []

@@ -52,6 +52,7 @@ def test_readme_names_every_role():
     missing = sorted(p.name for p in (ROOT / "roles").iterdir() if p.name not in listed)
     assert not missing, f"README.md's list of roles lacks {missing}"
 
+
 def test_map_names_the_groups_the_plays_run_on():
     table = di.render_map(ROOT)
     assert "| `playbooks/gateway.yml` | Configure the API gateway | `gateways` " \
