@@ -35,7 +35,7 @@ description:
     otherwise, are untouched. A C(sitecustomize) the venv's Python ships (Debian's and
     Ubuntu's do) would be shadowed by this one, so it runs it next."
   - Without these options the module writes no C(sitecustomize.py) (it removes one an earlier
-    run left in I(shim_dir)) and sets none of these variables: the benchmark runs as without
+    run left in I(shim_dir)) and sets none of these variables; the benchmark runs as without
     TLS support.
   - The files are checked before the first run; one that cannot be loaded fails the module,
     naming it.
