@@ -35,8 +35,9 @@ description:
     otherwise, are untouched. A C(sitecustomize) the venv's Python ships (Debian's and
     Ubuntu's do) would be shadowed by this one, so it runs it next."
   - Without these options the module writes no C(sitecustomize.py) (it removes one an earlier
-    run left in I(shim_dir)) and sets none of these variables; the benchmark runs as without
-    TLS support.
+    run left in I(shim_dir)) and sets none of these variables; the benchmark's environment is
+    as without them (an C(https://) URL is then verified against the system's CAs, and no
+    client certificate is presented).
   - The files are checked before the first run; one that cannot be loaded fails the module,
     naming it.
 options:
@@ -177,9 +178,9 @@ EXAMPLES = r"""
     input_len: 512
     output_len: 128
     concurrency: [1, 8, 32]
-    ca_path: /etc/instinct-vllm/tls/ca.crt
-    client_cert: /etc/instinct-vllm/tls/node.crt
-    client_key: /etc/instinct-vllm/tls/node.key
+    ca_path: /etc/vllm-tls/ca.crt
+    client_cert: /etc/vllm-tls/node.crt
+    client_key: /etc/vllm-tls/node.key
     shim_dir: /var/tmp/instinct-bench/shim
     result_dir: /var/tmp/instinct-bench/results
     log: /var/tmp/instinct-bench/bench.log
