@@ -9,7 +9,15 @@ uses it only for Hugging Face datasets; when the venv has no ``datasets``, a sta
 that refuses HF datasets is put on PYTHONPATH (the random dataset never calls it).
 
 The API key reaches the benchmark as OPENAI_API_KEY in its environment (both entry points read
-it), never in argv. Standard library only.
+it), never in argv.
+
+Mutual TLS: neither entry point has an option for a client certificate or a CA. Both send
+their requests with aiohttp, which builds the SSL context of an https request with
+``ssl.create_default_context`` (at import). With a CA or a client certificate (TlsClient), a
+``sitecustomize.py`` (TLS_SHIM) goes first on the benchmark's PYTHONPATH and the paths into
+INSTINCT_BENCH_TLS_* variables; Python imports it at start-up, and it makes that function's
+client contexts trust the CA and present the certificate. Without them nothing of this is in
+the benchmark's environment. Standard library only (and the collection's _tls_client).
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from ansible_collections.instinct.vllm.plugins.module_utils._tls_client import TlsClient
 
 ENTRY_POINTS = ("auto", "cli", "legacy")
 #: First vLLM line whose CLI has ``vllm bench serve`` here (0.6.x ships only the script).
@@ -39,6 +49,61 @@ def load_dataset(*args, **kwargs):
         "the datasets package is not installed in this venv: only --dataset-name random "
         "(the instinct.vllm benchmark's dataset) works without it"
     )
+'''
+
+
+#: The variables that hand the benchmark its TLS files (read by TLS_SHIM).
+TLS_ENV = {
+    "ca_path": "INSTINCT_BENCH_TLS_CA",
+    "client_cert": "INSTINCT_BENCH_TLS_CERT",
+    "client_key": "INSTINCT_BENCH_TLS_KEY",
+}
+
+TLS_SHIM = '''"""Mutual TLS for vLLM's benchmark client (instinct.vllm, module vllm_bench_sweep).
+
+Python's site module imports this at start-up: its directory is first on PYTHONPATH. When
+INSTINCT_BENCH_TLS_CA or INSTINCT_BENCH_TLS_CERT is set, ssl.create_default_context makes
+client contexts (purpose SERVER_AUTH) that trust INSTINCT_BENCH_TLS_CA (when the caller names
+no CA) and present INSTINCT_BENCH_TLS_CERT with its key INSTINCT_BENCH_TLS_KEY; aiohttp builds
+the context of its https requests with that function. Unset: nothing changes. Then the
+sitecustomize this one shadows (a distribution's), if there is one, runs.
+"""
+
+import os
+import ssl
+import sys
+
+
+def _client_tls(create, ca, cert, key):
+    def create_default_context(purpose=ssl.Purpose.SERVER_AUTH, *, cafile=None, capath=None,
+                               cadata=None):
+        client = purpose == ssl.Purpose.SERVER_AUTH
+        if client and ca and not (cafile or capath or cadata):
+            cafile = ca
+        context = create(purpose, cafile=cafile, capath=capath, cadata=cadata)
+        if client and cert:
+            context.load_cert_chain(cert, key)
+        return context
+
+    return create_default_context
+
+
+def _run_shadowed():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+_CA, _CERT, _KEY = (os.environ.get("INSTINCT_BENCH_TLS_" + name) or None
+                    for name in ("CA", "CERT", "KEY"))
+if _CA or _CERT:
+    ssl.create_default_context = _client_tls(ssl.create_default_context, _CA, _CERT, _KEY)
+_run_shadowed()
 '''
 
 
@@ -164,9 +229,41 @@ def bench_argv(
     return argv + list(work.extra_args)
 
 
+def tls_on(tls: TlsClient | None) -> bool:
+    """Whether the benchmark needs TLS_SHIM: a CA or a client certificate is given."""
+    return tls is not None and bool(tls.ca_path or tls.client_cert)
+
+
+def tls_env(tls: TlsClient | None) -> dict[str, str]:
+    """The INSTINCT_BENCH_TLS_* variables of ``tls`` (the paths given; none without TLS)."""
+    if tls is None:
+        return {}
+    values = {TLS_ENV["ca_path"]: tls.ca_path, TLS_ENV["client_cert"]: tls.client_cert,
+              TLS_ENV["client_key"]: tls.client_key}  # fmt: skip
+    return {name: value for name, value in values.items() if value}
+
+
+def write_shims(shim_dir: str, datasets: bool, tls: bool) -> str | None:
+    """Write the stand-in ``datasets`` and the TLS ``sitecustomize`` the run needs into
+    ``shim_dir`` (a stale sitecustomize of an earlier run is removed); ``shim_dir`` when it
+    holds one of them (for PYTHONPATH), else None."""
+    path = Path(shim_dir)
+    if datasets or tls:
+        path.mkdir(parents=True, exist_ok=True)
+    if datasets:
+        (path / "datasets.py").write_text(DATASETS_SHIM, encoding="utf-8")
+    if tls:
+        (path / "sitecustomize.py").write_text(TLS_SHIM, encoding="utf-8")
+    else:
+        (path / "sitecustomize.py").unlink(missing_ok=True)
+    return shim_dir if datasets or tls else None
+
+
 def bench_env(
-    base: Mapping[str, str], api_key: str, shim_dir: str | None, entry: str
+    base: Mapping[str, str], api_key: str, shim_dir: str | None, tls: TlsClient | None = None
 ) -> dict[str, str]:
+    """The benchmark's environment: ``base``, offline, the key, ``shim_dir`` (what write_shims
+    returned) first on PYTHONPATH, and the TLS variables."""
     env = dict(base)
     env.update(
         {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
@@ -174,8 +271,9 @@ def bench_env(
     )  # fmt: skip
     if api_key:
         env["OPENAI_API_KEY"] = api_key
-    if shim_dir and entry == "legacy":
+    if shim_dir:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (shim_dir, env.get("PYTHONPATH")) if p)
+    env.update(tls_env(tls))
     return env
 
 

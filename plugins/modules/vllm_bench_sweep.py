@@ -22,6 +22,24 @@ description:
   - The benchmark's output is appended to I(log) while it runs (the playbook tails it); run
     the module with C(async) and C(poll=0) to show progress.
   - The API key goes to the benchmark as OPENAI_API_KEY in its environment, never in argv.
+  - "Mutual TLS: vLLM's benchmark has no option for a client certificate or a CA. With
+    I(client_cert) and I(client_key), or I(ca_path), the module writes a C(sitecustomize.py)
+    into I(shim_dir) (required then), puts that directory first on the benchmark's PYTHONPATH
+    and the paths into the benchmark's environment (C(INSTINCT_BENCH_TLS_CA),
+    C(INSTINCT_BENCH_TLS_CERT), C(INSTINCT_BENCH_TLS_KEY)). Python imports the file when the
+    benchmark starts; it changes one thing in that process: C(ssl.create_default_context)
+    then makes client contexts that trust I(ca_path) (unless the caller names its own CA) and
+    present I(client_cert). The benchmark's client, aiohttp, builds the context of its
+    C(https://) requests with that function (both entry points), so it presents the
+    certificate a node serving mutual TLS requires. Server contexts, and contexts made
+    otherwise, are untouched. A C(sitecustomize) the venv's Python ships (Debian's and
+    Ubuntu's do) would be shadowed by this one, so it runs it next."
+  - Without these options the module writes no C(sitecustomize.py) (it removes one an earlier
+    run left in I(shim_dir)) and sets none of these variables; the benchmark's environment is
+    as without them (an C(https://) URL is then verified against the system's CAs, and no
+    client certificate is presented).
+  - The files are checked before the first run; one that cannot be loaded fails the module,
+    naming it.
 options:
   venv:
     description: >-
@@ -108,7 +126,8 @@ options:
     description: The benchmark's output (appended). Required unless I(plan).
     type: path
   shim_dir:
-    description: Directory for the stand-in C(datasets) module (C(legacy) only).
+    description: Directory for the stand-in C(datasets) module (C(legacy) only) and the TLS
+      C(sitecustomize.py); required with I(ca_path) or I(client_cert).
     type: path
   run_timeout:
     description: Seconds one level may take.
@@ -116,6 +135,7 @@ options:
     default: 3600
 extends_documentation_fragment:
   - instinct.vllm.attributes
+  - instinct.vllm.tls_client
 attributes:
   check_mode:
     support: none
@@ -147,6 +167,25 @@ EXAMPLES = r"""
     log: /var/tmp/instinct-bench/bench.log
   async: 7200
   poll: 0
+
+- name: Benchmark a node that serves mutual TLS, with the node's own certificate
+  instinct.vllm.vllm_bench_sweep:
+    label: "{{ inventory_hostname }}"
+    base_url: https://127.0.0.1:8000
+    model: gpt-oss-120b
+    tokenizer: /srv/models/gpt-oss-120b
+    api_key: "{{ vllm_service_api_key }}"
+    input_len: 512
+    output_len: 128
+    concurrency: [1, 8, 32]
+    ca_path: /etc/vllm-tls/ca.crt
+    client_cert: /etc/vllm-tls/node.crt
+    client_key: /etc/vllm-tls/node.key
+    shim_dir: /var/tmp/instinct-bench/shim
+    result_dir: /var/tmp/instinct-bench/results
+    log: /var/tmp/instinct-bench/bench.log
+  async: 7200
+  poll: 0
 """
 
 RETURN = r"""
@@ -162,6 +201,10 @@ datasets_shim:
   description: Whether the stand-in datasets module was used (legacy entry point, no datasets).
   type: bool
   returned: success
+tls_shim:
+  description: Whether the TLS C(sitecustomize.py) was used (I(ca_path) or I(client_cert) set).
+  type: bool
+  returned: success
 runs:
   description: Per level - label, concurrency, num_prompts, file, rc, seconds, summary
     (completed, output_throughput, request_throughput, p50/p99 TTFT and TPOT in ms).
@@ -173,10 +216,16 @@ runs:
 import os  # noqa: E402
 import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.instinct.vllm.plugins.module_utils._tls_client import (  # noqa: E402
+    TLS_REQUIRED_TOGETHER,
+    TLS_SPEC,
+    TlsClient,
+    TlsConfigError,
+)
 from ansible_collections.instinct.vllm.plugins.module_utils.vllm_bench import (  # noqa: E402
-    DATASETS_SHIM,
     BenchError,
     Target,
     Workload,
@@ -185,6 +234,8 @@ from ansible_collections.instinct.vllm.plugins.module_utils.vllm_bench import ( 
     num_prompts_for,
     plan,
     run_sweep,
+    tls_on,
+    write_shims,
 )
 
 #: What a sweep needs (the module's plan mode needs none of them).
@@ -206,6 +257,19 @@ def _needs_shim(venv: str) -> bool:
         [f"{venv}/bin/python", "-c", "import datasets"], capture_output=True, check=False
     )
     return probe.returncode != 0
+
+
+def _shims(params: dict[str, Any], entry: str, tls: TlsClient) -> tuple[str | None, bool]:
+    """Write what the run needs into shim_dir (the stand-in datasets, the TLS sitecustomize):
+    (the directory for PYTHONPATH or None, whether the stand-in datasets is in it)."""
+    if tls_on(tls):
+        if not params["shim_dir"]:
+            raise BenchError("ca_path or client_cert needs shim_dir (for the TLS sitecustomize)")
+        tls.ssl_context()  # the files load, or TlsConfigError names the one that does not
+    if not params["shim_dir"]:
+        return None, False
+    datasets = entry == "legacy" and _needs_shim(params["venv"])
+    return write_shims(params["shim_dir"], datasets, tls_on(tls)), datasets
 
 
 def main() -> None:
@@ -234,8 +298,10 @@ def main() -> None:
             "log": {"type": "path"},
             "shim_dir": {"type": "path"},
             "run_timeout": {"type": "int", "default": 3600},
+            **TLS_SPEC,
         },
         required_if=[("plan", False, SWEEP_OPTIONS)],
+        required_together=TLS_REQUIRED_TOGETHER,
         supports_check_mode=False,
     )
     p = module.params
@@ -256,26 +322,23 @@ def main() -> None:
             raise BenchError(
                 f"vLLM {version}: benchmark_serving.py not found (script: {p['script']})"
             )
-        shim = None
-        if entry == "legacy" and p["shim_dir"] and _needs_shim(p["venv"]):
-            Path(p["shim_dir"]).mkdir(parents=True, exist_ok=True)
-            (Path(p["shim_dir"]) / "datasets.py").write_text(DATASETS_SHIM, encoding="utf-8")
-            shim = p["shim_dir"]
+        tls = TlsClient.from_params(p)
+        shim, datasets = _shims(p, entry, tls)
         target = Target(p["label"], p["base_url"], p["model"], p["tokenizer"], p["endpoint"])
         work = Workload(
             p["input_len"], p["output_len"], tuple(p["concurrency"]), tuple(p["num_prompts"]),
             p["seed"], tuple(p["extra_args"]),
         )  # fmt: skip
-        env = bench_env(os.environ, p["api_key"], shim, entry)
+        env = bench_env(os.environ, p["api_key"], shim, tls)
         runs = run_sweep(
             entry, p["venv"], p["script"] or "", target, work, p["result_dir"], p["log"], env,
             p["run_timeout"],
         )  # fmt: skip
-    except (BenchError, OSError, ValueError) as exc:
+    except (BenchError, TlsConfigError, OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(
-        changed=True, entry_point=entry, vllm_version=version, datasets_shim=bool(shim),
-        runs=as_dicts(runs),
+        changed=True, entry_point=entry, vllm_version=version,
+        datasets_shim=datasets, tls_shim=tls_on(tls), runs=as_dicts(runs),
     )  # fmt: skip
 
 

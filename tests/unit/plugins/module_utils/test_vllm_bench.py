@@ -4,6 +4,7 @@ that writes what the benchmark would)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -50,10 +51,18 @@ def test_legacy_argv_runs_the_script() -> None:
 
 
 def test_env_carries_the_key_and_the_shim() -> None:
-    env = vb.bench_env({"PATH": "/usr/bin"}, KEY, "/shim", "legacy")
-    assert env["OPENAI_API_KEY"] == KEY and env["PYTHONPATH"] == "/shim"
+    env = vb.bench_env({"PATH": "/usr/bin", "PYTHONPATH": "/lib"}, KEY, "/shim")
+    assert env["OPENAI_API_KEY"] == KEY and env["PYTHONPATH"] == f"/shim{os.pathsep}/lib"
     assert env["HF_HUB_OFFLINE"] == "1"
-    assert "PYTHONPATH" not in vb.bench_env({}, KEY, "/shim", "cli")
+    assert "PYTHONPATH" not in vb.bench_env({}, KEY, None)  # write_shims wrote nothing
+
+
+def test_write_shims_writes_what_the_run_needs(tmp_path: Path) -> None:
+    shim = tmp_path / "shim"
+    assert vb.write_shims(str(shim), datasets=True, tls=False) == str(shim)
+    assert sorted(p.name for p in shim.iterdir()) == ["datasets.py"]
+    assert vb.write_shims(str(shim), datasets=False, tls=True) == str(shim)
+    assert (shim / "sitecustomize.py").read_text(encoding="utf-8") == vb.TLS_SHIM
 
 
 def test_datasets_shim_refuses_hf_datasets(tmp_path: Path) -> None:
@@ -86,7 +95,7 @@ def _fake_runner(writes: bool = True, rc: int = 0):
 
 def test_sweep_runs_every_level_and_logs_progress(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
-    env = vb.bench_env({}, KEY, None, "cli")
+    env = vb.bench_env({}, KEY, None)
     runs = vb.run_sweep("cli", "/v", "", TARGET, WORK, str(tmp_path / "r"), str(log), env, 60,
                         runner=_fake_runner())  # fmt: skip
     assert [r.concurrency for r in runs] == [1, 2]
@@ -96,7 +105,7 @@ def test_sweep_runs_every_level_and_logs_progress(tmp_path: Path) -> None:
 
 
 def test_sweep_stops_at_a_failed_level(tmp_path: Path) -> None:
-    env = vb.bench_env({}, KEY, None, "cli")
+    env = vb.bench_env({}, KEY, None)
     with pytest.raises(vb.BenchError, match="concurrency 1: the benchmark exited 1"):
         vb.run_sweep("cli", "/v", "", TARGET, WORK, str(tmp_path / "r"), str(tmp_path / "l"),
                      env, 60, runner=_fake_runner(rc=1))  # fmt: skip
