@@ -40,6 +40,8 @@ EXTRA = ["10.77.9.0/24"]  # the controller's network (firewall_allow_extra)
 NODE2_PORT = 9123  # node 2's vLLM port, from vllm_service_flags_extra; it has no status port
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
+- ansible.builtin.include_role:
+    name: instinct.vllm.fleet_pki_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
     "firewall_render": ("firewall", """

@@ -37,6 +37,7 @@ def render(tmp_path: Path, **extra: object) -> dict[str, str]:
         "role": str(ROLE),
         "out": str(tmp_path),
         "_gateway_backends": BACKENDS,
+        "fleet_pki_resolved": {"enabled": False},  # plain HTTP to the nodes
         "ansible_python_interpreter": sys.executable,
         **extra,
     }

@@ -18,6 +18,7 @@ import jinja2
 import pytest
 import yaml
 from ansible_collections.instinct.vllm.plugins.filter.monitoring import scrape_targets
+from tls_pki import Ca
 
 # tests/unit/conftest.py's (this directory's conftest.py shadows it as a module)
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,7 +36,8 @@ def defaults(**over: object) -> dict:
     values |= yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     # what targets.yml reads from nodes that publish the default unit name
     values.update(ansible_managed="Ansible managed", monitoring_vllm_api_key="",
-                  _monitoring_vllm_unit_regex="vllm[.]service")
+                  _monitoring_vllm_unit_regex="vllm[.]service",
+                  fleet_pki_resolved={"enabled": False}, monitoring_vllm_scheme="http")
     values.update(over)
     return values
 
@@ -159,3 +161,24 @@ def test_config_without_key_sends_no_authorization(tmp_path: Path) -> None:
     assert promtool("check", "config", config).returncode == 0
     jobs = {j["job_name"]: j for j in yaml.safe_load(config.read_text())["scrape_configs"]}
     assert "authorization" not in jobs["vllm"]
+
+
+def test_with_mtls_prometheus_scrapes_the_nodes_with_its_certificate(tmp_path: Path) -> None:
+    """The nodes serve mTLS (fleet_pki_resolved.enabled): https, the fleet CA and Prometheus'
+    own certificate in tls_config, accepted by promtool (which checks the files exist)."""
+    config = tmp_path / "prometheus.yml"
+    values = config_values(tmp_path, "config-test-key-5d1c0b7a")
+    values.update(fleet_pki_resolved={"enabled": True}, monitoring_vllm_scheme="https",
+                  _monitoring_config_dir=str(tmp_path))
+    Ca(tmp_path, "fleet-ca")
+    crt, key = Ca(tmp_path, "fleet-root").issue("prometheus", dns=(), ips=())
+    crt.rename(tmp_path / "fleet-client.crt")
+    key.rename(tmp_path / "fleet-client.key")
+    config.write_text(render("prometheus.yml.j2", values))
+    run = promtool("check", "config", config)
+    assert run.returncode == 0, run.stdout + run.stderr
+    vllm = {j["job_name"]: j for j in yaml.safe_load(config.read_text())["scrape_configs"]}["vllm"]
+    assert vllm["scheme"] == "https"
+    assert vllm["tls_config"] == {"ca_file": f"{tmp_path}/fleet-ca.crt",
+                                  "cert_file": f"{tmp_path}/fleet-client.crt",
+                                  "key_file": f"{tmp_path}/fleet-client.key"}

@@ -90,7 +90,8 @@ def test_a_staging_failure_is_not_rescued_by_the_drain_maint_rescue() -> None:
 def test_node_stage_never_touches_the_unit_and_switch_only_does() -> None:
     stage, switch = steps("node", "stage.yml"), steps("node", "switch.yml")
     assert stage == ["preflight:main", "rocm:main", "vllm:main", "model:main",
-                     "vllm_service:publish", "vllm:contract", "firewall:main", "vllm_service:stage"]
+                     "vllm_service:publish", "vllm:contract", "firewall:main", "fleet_pki:main",
+                     "vllm_service:stage"]
     assert switch == ["vllm_service:switch"]
     assert steps("node", "main.yml") == stage + switch
 
@@ -110,7 +111,8 @@ def test_vllm_service_stage_checks_everything_and_writes_nothing_the_unit_reads(
     staged = load("vllm_service", "stage_files.yml")
     writers = ("ansible.builtin.copy", "ansible.builtin.template")
     dests = [t[m]["dest"] for t in staged for m in writers if m in t]
-    assert len(dests) == 3 and all(d.startswith("{{ _vllm_service_staged_dir }}/") for d in dests)
+    # the wrapper, the env file, the unit, and (mTLS) the CA with the node's certificate and key
+    assert len(dests) == 5 and all(d.startswith("{{ _vllm_service_staged_dir }}/") for d in dests)
     assert not any("notify" in t for t in staged)
     # together they do what tasks/main.yml does, in its order
     assert stage[:1] == ["publish.yml"]
