@@ -146,5 +146,5 @@ def test_galaxy_yml_from_an_installed_manifest() -> None:
 
 def test_third_party_are_the_galaxy_pins() -> None:
     reqs = yaml.safe_load((ROOT / "collections" / "requirements.yml").read_text())
-    assert ee.third_party(reqs) == [("ansible.posix", "2.1.0"), ("awx.awx", "24.6.1"),
-                                    ("community.grafana", "2.3.0")]
+    assert ee.third_party(reqs) == [("ansible.posix", "2.1.0"), ("community.crypto", "3.0.5"),
+                                    ("awx.awx", "24.6.1"), ("community.grafana", "2.3.0")]

@@ -61,8 +61,10 @@ def test_a_module_or_role_without_documentation_fails():
 
 
 def test_the_required_collections_are_galaxy_yml_s_and_the_optional_ones():
-    """galaxy.yml's dependencies (ansible.posix) and collections/requirements.yml's names."""
-    assert gi.requirements() == {"ansible.posix", "awx.awx", "community.grafana"}
+    """galaxy.yml's dependencies (ansible.posix, community.crypto) and
+    collections/requirements.yml's names."""
+    assert gi.requirements() == {"ansible.posix", "community.crypto", "awx.awx",
+                                 "community.grafana"}
 
 
 def test_the_suite_turns_only_the_importers_own_lint_off(tmp_path: Path, monkeypatch) -> None:
