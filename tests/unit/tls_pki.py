@@ -4,11 +4,14 @@ server answer only clients that present a certificate of the CA."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import ssl
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 
 from cryptography import x509
@@ -147,3 +150,16 @@ def serve_mtls(httpd: HTTPServer, pki: Pki) -> None:
         handle(request, client_address)
 
     httpd.finish_request = finish_request  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def mtls_node(pki: Pki, handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """The URL of a local node that serves ``handler`` over mutual TLS only (serve_mtls)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    serve_mtls(httpd, pki)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from ansible_collections.instinct.vllm.plugins.modules import (
 )
 from fingerprint_endpoint import KEY as FP_KEY
 from fingerprint_endpoint import stand_in
-from tls_pki import Pki, make_pki, serve_mtls
+from tls_pki import Pki, make_pki, mtls_node
 
 ROOT = Path(__file__).resolve().parents[4]
 PROMPTS = yaml.safe_load((ROOT / "files" / "fingerprint" / "prompts.yml").read_text())["prompts"]
@@ -78,12 +77,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def node(pki: Pki) -> Iterator[str]:
     """The URL of a node that serves only mutual TLS."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Node)
-    serve_mtls(httpd, pki)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"https://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with mtls_node(pki, Node) as url:
+        yield url
 
 
 def mutual(pki: Pki) -> TlsClient:

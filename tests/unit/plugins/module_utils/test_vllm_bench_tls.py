@@ -10,9 +10,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.instinct.vllm.plugins.module_utils import vllm_bench as vb
 from ansible_collections.instinct.vllm.plugins.module_utils._tls_client import TlsClient
 from ansible_collections.instinct.vllm.plugins.modules import vllm_bench_sweep
-from tls_pki import Pki, make_pki, serve_mtls
+from tls_pki import Pki, make_pki, mtls_node
 
 pytest.importorskip("aiohttp")
 
@@ -83,12 +82,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture(scope="module")
 def node(pki: Pki) -> Iterator[str]:
     """The URL of a node that serves only mutual TLS."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Node)
-    serve_mtls(httpd, pki)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"https://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with mtls_node(pki, Node) as url:
+        yield url
 
 
 @pytest.fixture
