@@ -145,7 +145,17 @@ def publish_tasks(role: str = "vllm_service") -> set[str]:
 
 # The roles that publish facts (entry point publish) and the internal roles that include them.
 FACT_ROLES = {"vllm_service_facts", "vllm_service", "vllm_facts", "vllm", "model_facts", "model",
-              "rocm_facts", "rocm"}
+              "rocm_facts", "rocm", "fleet_pki_facts", "fleet_pki"}
+
+
+def pki_done(ident: str) -> set[str]:
+    """The tasks of role fleet_pki that did run in a job (with instinct_vllm_tls off its other
+    steps are skipped): only its publish may."""
+    return {
+        e["event_data"]["task"] for e in events(ident)
+        if e["event"] == "runner_on_ok" and role_of(e["event_data"]) == "fleet_pki"
+        and not e["event_data"]["task"].startswith("Validating arguments")
+    }
 
 
 def test_preflight_only_checked() -> None:
@@ -159,6 +169,7 @@ def test_preflight_only_checked() -> None:
         done = {d["task"] for d in ran if role_of(d) == role}
         done = {t for t in done if not t.startswith("Validating arguments")}
         assert done and done <= publish_tasks(role), (role, done)
+    assert pki_done("awx-preflight") == publish_tasks("fleet_pki")
     assert not [d["task"] for d in ran if d.get("res", {}).get("changed")]
     assert extravars("awx-preflight")["instinct_vllm_stack"] == "cpu"
 
@@ -301,6 +312,7 @@ def test_job_tags_ran_the_unit_part_only() -> None:
     allowed = {t["name"] for t in attention if "name" in t} | publish_tasks("vllm")
     assert {d["task"] for d in ran if role_of(d) == "vllm"} <= allowed
     assert {d["task"] for d in ran if role_of(d) == "model"} <= publish_tasks("model")
+    assert pki_done("awx-deploy-unit") <= publish_tasks("fleet_pki")
     tasks = {d["task"] for d in ran}
     assert "Write the systemd unit" in tasks
     assert any(role_of(d) == "stack" for d in ran)
