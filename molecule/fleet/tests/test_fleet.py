@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -30,7 +33,7 @@ from fleet_load import Load, compare_ttft, failed, succeeded_within  # noqa: E40
 GW = "fleet-gw"
 NODES = ["fleet-node1", "fleet-node2"]
 URL = "https://127.0.0.1:18243"
-DIRECT = {"fleet-node1": "http://127.0.0.1:18201", "fleet-node2": "http://127.0.0.1:18202"}
+DIRECT = {"fleet-node1": "https://127.0.0.1:18201", "fleet-node2": "https://127.0.0.1:18202"}
 MODEL = "gptoss-legacy-demo"
 NODE_KEY = "fleet-node-key-5d2b9a71c04e8f36"
 LOAD_KEY = "fleet-client-a-key-7e31c9b2d4f5"
@@ -40,6 +43,9 @@ CONF = "/etc/haproxy/instinct"
 JOURNAL_UNITS = ["haproxy.service", "vllm.service"]
 # Role fingerprint_gate's controller directory for the rollouts: baselines, nodes/<host>.json.
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-fingerprints"
+# Role fleet_pki's directory on the controller (molecule.yml's fleet_pki_dir): the fleet CA, the
+# nodes' certificates, the controller's client certificate.
+PKI = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-pki"
 # Role rollout's gate benchmark (the canary's) on the controller: runs/ and baseline.json.
 CANARY = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "fleet-canary"
 # The rollout's stop message when the gate fingerprint's last task failed (role rollout).
@@ -95,6 +101,13 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("fleet") / "gateway.pem"
     path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
     return str(path)
+
+
+def node_tls() -> ssl.SSLContext:
+    """The controller's side of the nodes' mTLS: the fleet CA and its client certificate."""
+    context = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+    context.load_cert_chain(PKI / "controller.crt", PKI / "controller.key")
+    return context
 
 
 def http(ca: str) -> httpx.Client:
@@ -374,12 +387,124 @@ def test_the_controller_is_an_allowed_source_and_the_table_is_the_roles():
     """firewall_allow_extra holds the bridge's host address: the published port answers the
     controller (the gates, the direct baseline). The role's table is the only one it adds, with
     the drop rule's counter past 0 after the test above."""
-    assert httpx.get(DIRECT["fleet-node1"] + "/health", timeout=10).status_code == 200
+    assert httpx.get(DIRECT["fleet-node1"] + "/health", verify=node_tls(),
+                     timeout=10).status_code == 200
     listed = sh("fleet-node1", "nft list table inet instinct_vllm")
     assert "elements = { 8000, 8001 }" in listed
     dropped = re.search(r"counter packets (\d+) bytes \d+ drop", listed)
     assert dropped and int(dropped.group(1)) > 0, listed
     assert "flush ruleset" not in sh("fleet-node1", "cat /etc/nftables.d/instinct-vllm.nft")
+
+
+# Run inside the gateway's container with its Python: /v1/models on a node's vLLM port, as
+# HAProxy reaches it (the node's address, the certificate checked against it), without a client
+# certificate, and with the gateway's with and without the node key (read from stdin).
+MTLS_PY = """
+import json, socket, ssl, sys
+address, conf, key = sys.argv[1], sys.argv[2], sys.stdin.read().strip()
+
+
+def ask(certificate, authorization):
+    context = ssl.create_default_context(cafile=conf + "/fleet-ca.crt")
+    if certificate:
+        context.load_cert_chain(conf + "/fleet-client.pem", conf + "/fleet-client.pem.key")
+    head = "GET /v1/models HTTP/1.1\\r\\nHost: node\\r\\nConnection: close\\r\\n"
+    if authorization:
+        head += "Authorization: Bearer " + key + "\\r\\n"
+    try:
+        with socket.create_connection((address, 8000), timeout=10) as raw, \\
+                context.wrap_socket(raw, server_hostname=address) as tls:
+            tls.sendall((head + "\\r\\n").encode())
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+    except (ssl.SSLError, OSError) as error:
+        return "no answer: " + type(error).__name__ + ": " + str(error)[:160]
+    return answer.split(b"\\r\\n", 1)[0].decode() or "no answer: closed"
+
+
+print(json.dumps({"no certificate": ask(False, True), "no key": ask(True, False),
+                  "certificate and key": ask(True, True)}))
+"""
+
+
+def test_a_node_wants_the_gateway_certificate_and_the_node_key(figures):
+    """From the gateway's host: without a client certificate the node's TLS handshake fails (no
+    HTTP answer); with the gateway's, /v1 still wants the node key (401), and with it answers."""
+    answers = json.loads(subprocess.run(
+        ["podman", "exec", "-i", GW, "python3", "-c", MTLS_PY,
+         container_address("fleet-node1"), CONF],
+        input=NODE_KEY, check=True, capture_output=True, text=True).stdout)
+    figures.append(f"mTLS at fleet-node1 from the gateway's host: {answers}")
+    assert answers["no certificate"].startswith("no answer: "), answers
+    assert answers["no key"].startswith("HTTP/1.1 401"), answers
+    assert answers["certificate and key"].startswith("HTTP/1.1 200"), answers
+
+
+def test_node_certificate_files_and_unit():
+    """The node's key is the service user's alone; the unit names the files, never a key."""
+    stat = sh("fleet-node1", "stat -c '%U:%G %a' /etc/vllm-tls /etc/vllm-tls/node.key")
+    assert stat.split() == ["root:vllm", "750", "vllm:vllm", "600"], stat
+    unit = sh("fleet-node1", "cat /etc/systemd/system/vllm.service")
+    assert "--ssl-cert-reqs 2" in unit and "--ssl-keyfile /etc/vllm-tls/node.key" in unit
+    assert "PRIVATE KEY" not in unit
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def prometheus_targets(config: Path, data: Path, timeout: float = 60) -> dict[str, dict]:
+    """Prometheus (Debian's, on the controller) scraping with ``config`` until every target was
+    scraped once: each job's target as /api/v1/targets gives it."""
+    import yaml
+
+    jobs = {job["job_name"] for job in yaml.safe_load(config.read_text())["scrape_configs"]}
+    port = free_port()
+    server = subprocess.Popen(
+        [shutil.which("prometheus") or "prometheus", f"--config.file={config}",
+         f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, seen = time.monotonic() + timeout, {}
+    try:
+        while time.monotonic() < deadline and set(seen) != jobs:
+            time.sleep(1)
+            try:
+                active = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets",
+                                   timeout=5).json()["data"]["activeTargets"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                continue
+            seen = {t["labels"]["job"]: t for t in active if t["health"] != "unknown"}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return seen
+
+
+def test_prometheus_scrapes_a_node_over_mtls(tmp_path, figures):
+    """A real Prometheus scrapes fleet-node1's /metrics with a fleet certificate (the shape of
+    role monitoring's tls_config); without one the node refuses the scrape."""
+    import yaml
+
+    target = {"targets": [DIRECT["fleet-node1"].removeprefix("https://")]}
+    tls = {"ca_file": str(PKI / "ca.crt"), "cert_file": str(PKI / "controller.crt"),
+           "key_file": str(PKI / "controller.key")}
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "2s", "scrape_timeout": "2s"},
+        "scrape_configs": [
+            {"job_name": "mtls", "scheme": "https", "tls_config": tls,
+             "static_configs": [target]},
+            {"job_name": "no-certificate", "scheme": "https",
+             "tls_config": {"ca_file": tls["ca_file"]}, "static_configs": [target]},
+        ]}))
+    seen = prometheus_targets(config, tmp_path / "data")
+    figures.append("Prometheus at fleet-node1: " + "; ".join(
+        f"{job} {t['health']} {t['lastError'][:100]!r}" for job, t in sorted(seen.items())))
+    assert seen["mtls"]["health"] == "up", seen["mtls"]
+    assert seen["no-certificate"]["health"] == "down", seen["no-certificate"]
 
 
 def rollout(ca: str, change: str, *extra: str,
@@ -447,14 +572,47 @@ def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedPro
     assert drained <= SWITCH_SLACK_S, f"{node}: drained {drained:.0f} s before its engine start"
 
 
+# The certificates' life in days that run 1 renews them with (the default is 365).
+CERT_DAYS = 1000
+
+
+def node_certificate(node: str) -> str:
+    return sh(node, "cat /etc/vllm-tls/node.crt")
+
+
+def renewed_certificates(before: dict[str, str], fleet_ca: str, figures: list) -> None:
+    """Each node serves a new certificate of the same CA, for CERT_DAYS, as the controller keeps
+    it: rotated by the rollout while the client load ran."""
+    import datetime as dt
+
+    from cryptography import x509
+
+    assert (PKI / "ca.crt").read_text() == fleet_ca  # the CA stays
+    for node in NODES:
+        served = node_certificate(node)
+        assert served != before[node], f"{node}: its certificate was not renewed"
+        assert served == (PKI / f"{node}.crt").read_text()
+        cert = x509.load_pem_x509_certificate(served.encode())
+        days = (cert.not_valid_after_utc - dt.datetime.now(dt.UTC)).days
+        figures.append(f"  {node}: certificate renewed, serial {cert.serial_number:x}, "
+                       f"{days} days left")
+        assert days >= CERT_DAYS - 2, (node, days)
+
+
 def test_rolling_update_loses_no_request(ca, figures, results):
     import shutil
 
     shutil.rmtree(FINGERPRINTS, ignore_errors=True)  # no baseline of an earlier run
     shutil.rmtree(CANARY, ignore_errors=True)
     before = {n: main_pid(n) for n in NODES}
+    certs = {n: node_certificate(n) for n in NODES}
+    fleet_ca = (PKI / "ca.crt").read_text()
     watch = GatewayWatch()
-    run, outcomes, seconds = rollout(ca, "change-good.yml", watch=watch)
+    # Certificates renewed on the way: a longer life and a renewal window wider than what is
+    # left of the current ones (role fleet_pki reissues each node's in its staging).
+    run, outcomes, seconds = rollout(ca, "change-good.yml", "-e",
+                                     f"fleet_pki_cert_days={CERT_DAYS}", "-e",
+                                     "fleet_pki_renew_days=400", watch=watch)
     bad = failed(outcomes)
     figures.append(f"run 1 (good change, both nodes): rolling_update.yml rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
@@ -475,6 +633,7 @@ def test_rolling_update_loses_no_request(ca, figures, results):
         out_of_rotation(node, watch, run, start, ready, figures, recorded)
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
+    renewed_certificates(certs, fleet_ca, figures)
     # The canary (fleet-node1) rolled first, with the gate benchmark: its run, the first, has
     # no baseline and became it; fleet-node2 rolled after it without that gate.
     canary_runs = sorted((CANARY / "runs").glob("*/summary.json"))
@@ -599,7 +758,7 @@ def direct_client(node: str):
     import openai
 
     return openai.OpenAI(base_url=DIRECT[node] + "/v1", api_key=NODE_KEY, max_retries=0,
-                         timeout=300, http_client=httpx.Client(timeout=300))
+                         timeout=300, http_client=httpx.Client(timeout=300, verify=node_tls()))
 
 
 def test_gateway_ttft_overhead_side_by_side(ca, figures, results):

@@ -30,6 +30,7 @@ from test_fleet import (
     MODEL,
     gateway_servers,
     main_pid,
+    node_tls,
     openai_client,
     sh,
     wait_status,
@@ -90,7 +91,7 @@ def health_direct(node: str) -> int:
     import httpx2 as httpx
 
     try:
-        return httpx.get(DIRECT[node] + "/health", timeout=3).status_code
+        return httpx.get(DIRECT[node] + "/health", verify=node_tls(), timeout=3).status_code
     except httpx.HTTPError:
         return 0
 
