@@ -638,10 +638,8 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     # no baseline and became it; fleet-node2 rolled after it without that gate.
     canary_runs = sorted((CANARY / "runs").glob("*/summary.json"))
     baseline = json.loads((CANARY / "baseline.json").read_text())
-    tput = {c: round(m["output_throughput"], 1)
-            for c, m in baseline["targets"]["fleet-node1"].items()}
     figures.append(f"  canary fleet-node1: gate benchmark {len(canary_runs)} run(s); baseline "
-                   f"output tok/s by concurrency {tput}")
+                   f"{canary_figures(baseline['targets']['fleet-node1'])}")
     assert len(canary_runs) == 1 and baseline["nodes"] == ["fleet-node1"], baseline["nodes"]
     assert run.stdout.index("PLAY [Roll the canary with every gate]") < run.stdout.index(
         "PLAY [Roll the other vLLM nodes")
@@ -714,6 +712,13 @@ def test_failed_gate_stops_the_rollout_and_holds_the_node_out(ca, figures, resul
     assert openai_client(ca).models.list().data[0].id == MODEL
 
 
+def canary_figures(by_concurrency: dict) -> str:
+    """A gate benchmark's output tok/s and TTFT p50 (ms) by concurrency, for the figures."""
+    tput = {c: round(m.get("output_throughput") or 0, 1) for c, m in by_concurrency.items()}
+    ttft = {c: round(m.get("p50_ttft_ms") or 0, 1) for c, m in by_concurrency.items()}
+    return f"output tok/s {tput}, TTFT p50 ms {ttft}"
+
+
 def canary_play(run: subprocess.CompletedProcess) -> str:
     """The rollout's output from the canary's play on (the split before it names every node)."""
     return run.stdout.split("PLAY [Roll the canary with every gate]", 1)[1]
@@ -742,7 +747,9 @@ def test_rollback_restores_the_last_good_release(ca, figures, results):
     assert "PLAY [Roll the other vLLM nodes" not in run.stdout
     # The gate benchmark judged the rolled-back canary against its run 1: a second run, passed.
     runs = sorted((CANARY / "runs").glob("*/summary.json"))
-    figures.append(f"  canary's gate benchmark runs after run 3: {len(runs)}")
+    regate = json.loads(runs[-1].read_text())["targets"]["fleet-node1"] if runs else {}
+    figures.append(f"  canary's gate benchmark runs after run 3: {len(runs)}; the last "
+                   f"{canary_figures(regate)}")
     assert len(runs) == 2, runs  # run 1's and the re-gate's (run 3's failed at fingerprint first)
     # Gated again on run 1's revision: the baseline fleet-node1 recorded then, and fleet-node2.
     verdict = last_fingerprint("fleet-node1")
