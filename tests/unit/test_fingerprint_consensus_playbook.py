@@ -1,4 +1,5 @@
 """The gate fingerprint's consensus through a real ansible-playbook, as role rollout runs it: a
+play that publishes every node's serving facts (as the rollout's first play does), then a
 play with serial 1 over three local nodes that marks each node as changed (as the rollout's
 main.yml does) and includes role rollout's gates/fingerprint.yml. Each node's unit (its running
 release) names a stand-in endpoint (tests/unit/fingerprint_endpoint.py); the peers are the nodes
@@ -6,12 +7,17 @@ the play has not reached yet, scored on their own host (delegate_to). node-a is 
 whose answers moved: it fails naming consensus against node-b (the one peer it asks:
 instinct_vllm_fingerprint_consensus_peers 1), records no baseline.
 node-b agrees with node-c; node-c, the last, has no peer left: consensus skipped, said so.
-playbooks/verify.yml -e vllm_verify_fingerprint=true runs the same gate with no consensus."""
+playbooks/verify.yml -e vllm_verify_fingerprint=true runs the same gate with no consensus.
+Each runs twice: over plain HTTP, and with mTLS on (instinct_vllm_tls), where every stand-in
+wants a client certificate of the fleet CA and each node, asking its own endpoint or scoring as a
+peer, shows its own certificate (vllm_service_resolved.tls, from vllm_service_tls_dir)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +25,21 @@ import pytest
 import yaml
 from fingerprint_endpoint import KEY, stand_in
 from local_play import ROOT, run_local_playbook
+from tls_pki import Pki, make_pki
 
 UNIT = ("[Service]\nExecStart=/usr/bin/python3 /w --status-port 0 -- {venv}/bin/vllm serve "
         "/srv/models/demo-{rev} --dtype float32 --host 127.0.0.1 --port {port} "
-        "--served-model-name demo\n")
+        "--served-model-name demo{tls}\n")
+# With mTLS, the flags role vllm_service adds (its _vllm_service_tls_flags)
+TLS_FLAGS = " --ssl-certfile {d}/node.crt --ssl-keyfile {d}/node.key --ssl-ca-certs {d}/ca.crt " \
+            "--ssl-cert-reqs 2"
 PLAY = """
+- name: Publish every node's serving facts (the rollout's first play does, through role rollout)
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: instinct.vllm.vllm_service_facts
+
 - name: A rollout's gate fingerprint, one node at a time
   hosts: all
   gather_facts: false
@@ -45,18 +61,38 @@ PLAY = """
 """
 
 
-def _node(tmp: Path, name: str, url: str, rev: str) -> dict[str, Any]:
+def _node(tmp: Path, name: str, url: str, rev: str, pki: Pki | None) -> dict[str, Any]:
     venv = tmp / name / "venv"
     (venv / "lib" / "python3.11" / "site-packages" / "vllm-0.6.6.dist-info").mkdir(parents=True)
     unit = tmp / name / "vllm.service"
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    unit.write_text(UNIT.format(venv=venv, rev=rev, port=port))
-    return {"instinct_vllm_fingerprint_base_url": url,
+    tls = tmp / name / "tls"
+    unit.write_text(UNIT.format(venv=venv, rev=rev, port=port,
+                                tls=TLS_FLAGS.format(d=tls) if pki is not None else ""))
+    node = {"instinct_vllm_fingerprint_base_url": url,
             "instinct_vllm_fingerprint_unit_file": str(unit),
             "instinct_vllm_fingerprint_baseline_key": f"key-{name}"}
+    if pki is not None:  # the node's files where role vllm_service puts them (the unit's flags)
+        tls.mkdir()
+        for src, dest in ((pki.ca, "ca.crt"), (pki.server_cert, "node.crt"),
+                          (pki.server_key, "node.key")):
+            shutil.copyfile(src, tls / dest)
+        node["vllm_service_tls_dir"] = str(tls)
+    return node
 
 
-def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
+def _controller_pki(tmp: Path, pki: Pki) -> dict[str, Any]:
+    """The controller's side of mTLS: the CA and its client certificate in fleet_pki_dir (where
+    role fleet_pki keeps them), which the gates asking a node from the controller show."""
+    directory = tmp / "fleet-pki"
+    directory.mkdir()
+    for src, dest in ((pki.ca, "ca.crt"), (pki.client_cert, "controller.crt"),
+                      (pki.client_key, "controller.key")):
+        shutil.copyfile(src, directory / dest)
+    return {"instinct_vllm_tls": True, "fleet_pki_dir": str(directory)}
+
+
+def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]], pki: Pki | None) -> str:
     common = {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
         "instinct_vllm_stack": "cpu",
@@ -67,21 +103,26 @@ def _inventory(tmp: Path, hosts: dict[str, dict[str, Any]]) -> str:
         "instinct_vllm_fingerprint_references": ["baseline", "consensus"],
         # the rollout's nodes: the consensus asks those of them not changed yet
         "instinct_vllm_hosts": "all",
+        **(_controller_pki(tmp, pki) if pki is not None else {}),
     }
     path = tmp / "hosts.yml"
     path.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": common}}))
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def rolled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, str, dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("consensus")
-    with stand_in(shift=0.01) as (moved, _m), stand_in() as (b, _b), stand_in() as (c, _c):
-        hosts = {"node-a": {**_node(tmp, "node-a", moved, "r2"),
+@pytest.fixture(scope="module", params=["http", "mtls"])
+def rolled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Any, Path, str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp(f"consensus-{request.param}")
+    pki = make_pki(tmp) if request.param == "mtls" else None
+    with ExitStack() as endpoints:
+        moved, b, c = (endpoints.enter_context(stand_in(shift=shift, pki=pki))[0]
+                       for shift in (0.01, 0.0, 0.0))
+        hosts = {"node-a": {**_node(tmp, "node-a", moved, "r2", pki),
                             "instinct_vllm_fingerprint_consensus_peers": 1},
-                 "node-b": _node(tmp, "node-b", b, "r1"),
-                 "node-c": _node(tmp, "node-c", c, "r1")}
-        inventory = _inventory(tmp, hosts)
+                 "node-b": _node(tmp, "node-b", b, "r1", pki),
+                 "node-c": _node(tmp, "node-c", c, "r1", pki)}
+        inventory = _inventory(tmp, hosts, pki)
         (tmp / "rollout.yml").write_text(PLAY)
         run = run_local_playbook(tmp / "rollout.yml", {}, inventory=inventory, timeout=600)
         records = {n: json.loads((tmp / "baselines" / "nodes" / f"{n}.json").read_text())
