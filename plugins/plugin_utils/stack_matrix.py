@@ -54,6 +54,15 @@ KERNEL_FLAVOURS: tuple[str, ...] = ("ga", "hwe", "any")
 #: ``vllm.attention.sliding_window``: how the stack's default attention backend treats a
 #: model's sliding window (optional key; absent means supported).
 SLIDING_WINDOW_SUPPORT: tuple[str, ...] = ("supported", "requires_ck_flash_attention")
+#: Keys of the optional ``vllm.service`` block: what role vllm_service must do for the stack.
+SERVICE_KEYS: tuple[str, ...] = (
+    "flags",
+    "environment",
+    "capabilities",
+    "gpu_memory_utilization_max",
+)
+_CAPABILITY = re.compile(r"^CAP_[A-Z0-9_]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class StackError(ValueError):
@@ -332,6 +341,44 @@ def _validate_lock(where: str, value: Any) -> None:
     for key in ("follow", "python"):
         if key in value:
             _need_str(f"{where}.{key}", value[key], nullable=True)
+    for key in ("requirements", "constraints"):
+        if key in value:
+            _need_str_list(f"{where}.{key}", value[key], allow_empty=False)
+
+
+def _validate_service(where: str, value: Any) -> None:
+    """Optional ``vllm.service``: flags forced on the server, environment, unit capabilities and
+    the highest gpu-memory-utilization the stack's vLLM starts with (role vllm_service)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise StackError(f"{where}: expected a mapping, got {_type_name(value)}")
+    unknown = sorted(str(k) for k in value if k not in SERVICE_KEYS)
+    if unknown:
+        raise StackError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; use {', '.join(SERVICE_KEYS)}"
+        )
+    for key in ("flags", "environment"):
+        entries = value.get(key, {})
+        if not isinstance(entries, Mapping) or not all(isinstance(k, str) and k for k in entries):
+            raise StackError(
+                f"{where}.{key}: expected a mapping of names to values, got {entries!r}"
+            )
+    wrong = [k for k in value.get("environment", {}) if not _ENV_NAME.match(k)]
+    if wrong:
+        raise StackError(f"{where}.environment: not variable names: {wrong!r}")
+    caps = value.get("capabilities", [])
+    _need_str_list(f"{where}.capabilities", caps)
+    wrong = [c for c in caps if not _CAPABILITY.match(c)]
+    if wrong:
+        raise StackError(f'{where}.capabilities: expected "CAP_..." names, got {wrong!r}')
+    cap = value.get("gpu_memory_utilization_max")
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap <= 1
+    ):
+        raise StackError(
+            f"{where}.gpu_memory_utilization_max: expected a number in (0, 1] or null, got {cap!r}"
+        )
 
 
 def _validate_vllm(where: str, value: Any) -> None:
@@ -358,6 +405,8 @@ def _validate_vllm(where: str, value: Any) -> None:
     for key in ("index_url", "pip_spec", "python"):
         if key in value:
             _need_str(f"{where}.{key}", value[key], nullable=True)
+    if "service" in value:
+        _validate_service(f"{where}.service", value["service"])
     if "platform" in value and value["platform"] not in VLLM_PLATFORMS:
         raise StackError(
             f"{where}.platform: expected one of {', '.join(VLLM_PLATFORMS)}, "
@@ -381,6 +430,12 @@ def validate_stack(stack: Any, where: str) -> None:
     _validate_vllm(f"{where}.vllm", stack["vllm"])
     if "lock" in stack:
         _validate_lock(f"{where}.lock", stack["lock"])
+        for key in ("requirements", "constraints"):
+            if (stack["lock"] or {}).get(key) and stack["vllm"]["source"] is not None:
+                raise StackError(
+                    f"{where}.lock.{key}: only for a wheel stack (vllm.source names the "
+                    "requirement files of a source stack)"
+                )
     _need_str_list(f"{where}.model_architectures", stack["model_architectures"], allow_empty=False)
     vram = stack["min_vram_gib_per_gpu"]
     if vram is not None and (

@@ -123,6 +123,19 @@ CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "no-ck-triton": {"instinct_vllm_stack": "rocm-6.2.1",
                      "vllm_service_environment": {TRITON: "1"}},
     **{f"bad{n}": extra for n, (extra, _needle) in enumerate(BAD_INPUT)},
+    # the stack's vllm.service (files/stacks.yml): rocm-7.2.1 has one, the others none
+    "cpu-stack": {"instinct_vllm_stack": "cpu"},
+    "rocm7": {"instinct_vllm_stack": "rocm-7.2.1"},
+    "rocm7-unset": {"instinct_vllm_stack": "rocm-7.2.1",
+                    "vllm_service_flags": {"tensor-parallel-size": 8}},
+    "rocm7-lower": {"instinct_vllm_stack": "rocm-7.2.1",
+                    "vllm_service_flags_extra": "--gpu-memory-utilization 0.85"},
+    "rocm7-over": {"instinct_vllm_stack": "rocm-7.2.1",
+                   "vllm_service_flags_extra": {"gpu_memory_utilization": 0.95}},
+    "rocm7-graphs": {"instinct_vllm_stack": "rocm-7.2.1",
+                     "vllm_service_flags": {"enforce-eager": False}},
+    "cpu-over": {"instinct_vllm_stack": "cpu",
+                 "vllm_service_flags_extra": {"gpu-memory-utilization": 0.95}},
 }
 
 
@@ -328,3 +341,73 @@ def test_bad_input_fails_naming_the_variable(rendered, n: int, needle: str) -> N
     assert case.failed
     assert needle in case.output
     assert unit == ""
+
+
+# --- the stack's vllm.service block (files/stacks.yml) ---------------------------------------
+
+
+def server_flags(unit: str) -> list[str]:
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    return argv[argv.index("/srv/models/my model") + 1 :]
+
+
+def flag_value(unit: str, flag: str) -> str:
+    flags = server_flags(unit)
+    return flags[flags.index(flag) + 1]
+
+
+def test_a_stack_without_a_service_block_renders_the_same_unit(rendered) -> None:
+    """rocm-6.2.1 (the default) and cpu have no vllm.service: no capability, same unit."""
+    default, _out = ok(rendered, "defaults")
+    cpu, _out = ok(rendered, "cpu-stack")
+    assert cpu == default
+    assert directive(default, "CapabilityBoundingSet") == [""]
+    assert directive(default, "AmbientCapabilities") == [""]
+
+
+def test_rocm_7_2_1_keeps_ptrace_for_custom_all_reduce(rendered) -> None:
+    unit, out = ok(rendered, "rocm7")
+    assert directive(unit, "CapabilityBoundingSet") == ["CAP_SYS_PTRACE"]
+    assert directive(unit, "AmbientCapabilities") == ["CAP_SYS_PTRACE"]
+    assert directive(unit, "NoNewPrivileges") == ["yes"]
+    assert "--enforce-eager" in server_flags(unit)
+    assert flag_value(unit, "--gpu-memory-utilization") == "0.9"
+    # only the two capability lines differ from a stack without a service block
+    default, _out = ok(rendered, "defaults")
+    changed = [a for a, b in zip(unit.splitlines(), default.splitlines(), strict=True) if a != b]
+    assert changed == ["CapabilityBoundingSet=CAP_SYS_PTRACE", "AmbientCapabilities=CAP_SYS_PTRACE"]
+    resolved = json.loads((out / "resolved.json").read_text())
+    assert resolved["flags"]["enforce-eager"] is True
+    assert resolved["flags"]["gpu-memory-utilization"] == 0.9
+
+
+def test_rocm_7_2_1_forces_eager_mode_and_caps_memory_when_the_flags_do_not_say(rendered) -> None:
+    unit, out = ok(rendered, "rocm7-unset")
+    assert "--enforce-eager" in server_flags(unit)
+    assert flag_value(unit, "--gpu-memory-utilization") == "0.9"
+    resolved = json.loads((out / "resolved.json").read_text())
+    assert resolved["flags"] == {"enforce-eager": True, "gpu-memory-utilization": 0.9,
+                                 "tensor-parallel-size": 8}
+    assert resolved["argv"] == server_flags(unit)
+
+
+def test_a_lower_gpu_memory_utilization_is_kept(rendered) -> None:
+    unit, _out = ok(rendered, "rocm7-lower")
+    assert flag_value(unit, "--gpu-memory-utilization") == "0.85"
+
+
+def test_gpu_memory_utilization_above_the_stack_max_fails(rendered) -> None:
+    case, unit, _out = rendered["rocm7-over"]
+    assert case.failed and unit == ""
+    assert ("vllm_service_flags (with vllm_service_flags_extra) sets gpu-memory-utilization 0.95,"
+            " above the 0.9 stack rocm-7.2.1 allows") in " ".join(case.output.split())
+    # a stack without the limit takes it
+    unit, _out = ok(rendered, "cpu-over")
+    assert flag_value(unit, "--gpu-memory-utilization") == "0.95"
+
+
+def test_graph_capture_on_rocm_7_2_1_fails(rendered) -> None:
+    case, unit, _out = rendered["rocm7-graphs"]
+    assert case.failed and unit == ""
+    assert ("vllm_service_flags (with vllm_service_flags_extra) sets enforce-eager False, but"
+            " stack rocm-7.2.1 needs enforce-eager True") in " ".join(case.output.split())

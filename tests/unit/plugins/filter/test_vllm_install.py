@@ -84,11 +84,11 @@ def test_pip_args_refuses_a_string_where_a_list_belongs() -> None:
 def test_wheel_install_takes_pip_spec_from_index_url_on_rocm_7() -> None:
     stack = sm.get_stack("rocm-7.2.1")
     got = vi.vllm_wheel_install(stack, ["--no-cache-dir"], ["ray==2.40.0"])
-    assert got["name"] == ["vllm==0.20.1+rocm721", "ray==2.40.0"]
+    assert got["name"] == ["vllm==0.20.2+rocm721", "ray==2.40.0"]
     assert got["extra_args"] == [
         "--no-cache-dir",
         "--extra-index-url",
-        "https://wheels.vllm.ai/rocm/0.20.1/rocm721",
+        "https://wheels.vllm.ai/rocm/0.20.2/rocm721",
     ]
 
 
@@ -99,7 +99,7 @@ def test_wheel_install_without_pip_spec_is_package_equals_version() -> None:
 
 def test_wheel_install_offline_adds_no_index() -> None:
     got = vi.vllm_wheel_install(sm.get_stack("rocm-7.2.1"), ["--no-index"])
-    assert got["name"] == ["vllm==0.20.1+rocm721"]
+    assert got["name"] == ["vllm==0.20.2+rocm721"]
     assert "--extra-index-url" not in got["extra_args"]
 
 

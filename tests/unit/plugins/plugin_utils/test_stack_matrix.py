@@ -264,6 +264,62 @@ def test_malformed_extra_stack_names_variable_and_key(changes: dict, key: str) -
     assert key in msg, msg
 
 
+def test_the_rocm_7_stack_asks_the_service_for_what_its_traps_need() -> None:
+    stack = sm.get_stack("rocm-7.2.1")
+    assert stack["vllm"]["version"] == "0.20.2"
+    assert stack["vllm"]["pip_spec"] == "vllm==0.20.2+rocm721"
+    assert stack["vllm"]["index_url"] == stack["torch"]["index_url"]
+    assert stack["vllm"]["index_url"].endswith("/rocm/0.20.2/rocm721")
+    assert stack["torch"]["version"] == "2.10.0"
+    assert stack["vllm"]["service"] == {
+        "flags": {"enforce-eager": True},
+        "gpu_memory_utilization_max": 0.9,
+        "capabilities": ["CAP_SYS_PTRACE"],
+    }
+    for name in ("rocm-6.2.1", "sandbox-rocm-6.2.1", "cpu"):
+        assert "service" not in sm.get_stack(name)["vllm"], name
+
+
+def _service(service: object) -> dict:
+    return _cpu_with(vllm={**sm.get_stack("cpu")["vllm"], "service": service})
+
+
+@pytest.mark.parametrize(
+    ("service", "needle"),
+    [
+        (["enforce-eager"], ".vllm.service: expected a mapping"),
+        ({"flag": {"enforce-eager": True}}, ".vllm.service: unknown key(s) flag"),
+        ({"flags": ["--enforce-eager"]}, ".vllm.service.flags: expected a mapping"),
+        ({"environment": {"NCCL-X": "1"}}, ".vllm.service.environment: not variable names"),
+        ({"capabilities": "CAP_SYS_PTRACE"}, ".vllm.service.capabilities: expected a list"),
+        ({"capabilities": ["SYS_PTRACE"]}, '.vllm.service.capabilities: expected "CAP_..."'),
+        ({"gpu_memory_utilization_max": 1.5}, ".vllm.service.gpu_memory_utilization_max"),
+        ({"gpu_memory_utilization_max": "0.9"}, ".vllm.service.gpu_memory_utilization_max"),
+        ({"gpu_memory_utilization_max": True}, ".vllm.service.gpu_memory_utilization_max"),
+    ],
+)
+def test_a_bad_service_block_is_refused(service: object, needle: str) -> None:
+    with pytest.raises(sm.StackError) as err:
+        sm.get_stack("bad", {"bad": _service(service)})
+    msg = str(err.value)
+    assert msg.startswith("instinct_vllm_stacks_extra['bad']"), msg
+    assert needle in msg, msg
+
+
+def test_a_service_block_may_be_partial_or_null() -> None:
+    assert sm.get_stack("ok", {"ok": _service({"capabilities": []})})["vllm"]["service"]
+    assert sm.get_stack("ok", {"ok": _service(None)})["vllm"]["service"] is None
+
+
+def test_lock_requirements_are_for_a_wheel_stack_only() -> None:
+    extra = {"bad": {"extends": "rocm-6.2.1", "lock": {"requirements": ["requirements.txt"]}}}
+    with pytest.raises(sm.StackError, match=r"\['bad'\].*\.lock\.requirements: only for a wheel"):
+        sm.get_stack("bad", extra)
+    extra = {"bad": {"extends": "rocm-7.2.1", "lock": {"constraints": "x.txt"}}}
+    with pytest.raises(sm.StackError, match=r"\.lock\.constraints: expected a list"):
+        sm.get_stack("bad", extra)
+
+
 def test_missing_key_is_named() -> None:
     cpu = _cpu_with()
     del cpu["vllm"]
