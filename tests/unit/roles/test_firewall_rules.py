@@ -41,6 +41,8 @@ NODE2_PORT = 9123  # node 2's vLLM port, from vllm_service_flags_extra; it has n
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
 - ansible.builtin.include_role:
+    name: instinct.vllm.stack
+- ansible.builtin.include_role:
     name: instinct.vllm.fleet_pki_facts
 - ansible.builtin.include_tasks: @ROOT@/roles/vllm_service/tasks/publish.yml
 """),
