@@ -321,18 +321,21 @@ class GatewayWatch:
         self._period, self._stop = period, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        try:
+            servers = gateway_servers()
+        except (subprocess.CalledProcessError, ValueError):
+            servers = {}
+        now = time.time()
+        for node in NODES:
+            status = servers.get(node, {}).get("status")
+            seen = self.changes[node]
+            if status and (not seen or seen[-1][1] != status):
+                seen.append((now, status))
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                servers = gateway_servers()
-            except (subprocess.CalledProcessError, ValueError):
-                servers = {}
-            now = time.time()
-            for node in NODES:
-                status = servers.get(node, {}).get("status")
-                seen = self.changes[node]
-                if status and (not seen or seen[-1][1] != status):
-                    seen.append((now, status))
+            self._sample()
             self._stop.wait(self._period)
 
     def start(self) -> GatewayWatch:
@@ -340,8 +343,11 @@ class GatewayWatch:
         return self
 
     def stop(self) -> dict[str, list[tuple[float, str]]]:
+        """Stop polling, then look once more: the rollout's last step puts its last node back UP
+        moments before it returns, which a poll under way may not have seen."""
         self._stop.set()
         self._thread.join(timeout=30)
+        self._sample()
         return self.changes
 
     def out_of_rotation(self, node: str) -> tuple[float, float]:
