@@ -75,6 +75,8 @@ def test_the_shared_fill_downloads_under_constraints():
     argv = argv_of(task)
     assert "--constraint" in argv
     assert argv[argv.index("--constraint") + 1].endswith("/constraints.txt")
+    # scenarios side by side may fill the same wheelhouse: one pip at a time
+    assert argv[:2] == ["flock", "{{ _wh_dir }}/.fill.lock"]
     assert "_wh_key" in task["ansible.builtin.command"]["creates"]
 
 
