@@ -7,7 +7,9 @@ connection is only faster if a module really goes through one `podman exec -i`.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -114,19 +116,66 @@ def sandbox_connection():
     return sandbox_podman, conn
 
 
-def test_a_piped_module_is_one_podman_exec_with_stdin() -> None:
+def entered(target: subprocess.Popen | None = None):
+    """A sandbox connection whose container init is `target` (else this test's own process):
+    nsenter, the cgroup joins and setpriv run for real, as root, without a container."""
     module, conn = sandbox_connection()
-    assert module.Connection.has_pipelining
+    pid = str(target.pid if target else os.getpid())
+    conn._init_pid = lambda: pid
     conn._connect()
-    conn.exec_command("/bin/sh -c '/usr/bin/python3 && sleep 0'", in_data=b"module source")
-    assert conn._podman.calls == [
-        (["exec", "-i", "/bin/sh", "-c", "/usr/bin/python3 && sleep 0"], b"module source")
-    ]
+    return module, conn
 
 
-def test_a_plain_command_attaches_no_stdin_and_nothing_is_mounted() -> None:
+@pytest.mark.skipif(os.geteuid() != 0, reason="nsenter and cgroup joins need root")
+def test_a_piped_module_reaches_the_remote_shell_on_stdin() -> None:
+    module, conn = entered()
+    assert module.Connection.has_pipelining
+    rc, out, _err = conn.exec_command("/bin/sh -c 'cat && echo done'", in_data=b"module source")
+    assert (rc, out) == (0, b"module sourcedone\n")
+    assert conn._podman.calls == []  # no podman run per task
+    rc, out, _err = conn.exec_command("cat")  # a plain command gets no stdin
+    assert (rc, out) == (0, b"")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nsenter and cgroup joins need root")
+def test_commands_keep_the_containers_bounding_set_and_environment() -> None:
+    env = {"PATH": os.environ["PATH"], "container": "podman"}
+    with subprocess.Popen(["setpriv", "--bounding-set=-all,+chown,+kill", "sleep", "30"],
+                          env=env) as init:  # fmt: skip
+        try:
+            _module, conn = entered(init)
+            rc, out, _err = conn.exec_command("/bin/sh -c 'grep CapBnd /proc/self/status; env'")
+        finally:
+            init.kill()
+    assert rc == 0
+    lines = out.decode().splitlines()
+    assert int(lines[0].split()[1], 16) == (1 << 0) | (1 << 5)  # chown, kill
+    assert "container=podman" in lines and not any(ln.startswith("HOME=") for ln in lines)
+
+
+def test_another_remote_user_goes_through_podman_exec() -> None:
     _module, conn = sandbox_connection()
     conn._connect()
-    conn.exec_command("echo ~")
-    assert conn._podman.calls == [(["exec", "echo", "~"], None)]
-    assert conn._mount_point is None
+    conn.user = "vllm"  # the play's remote user, as containers.podman reads it
+    conn.exec_command("/bin/sh -c 'id'", in_data=b"x")
+    conn.exec_command("id")
+    assert conn._podman.calls == [(["exec", "-i", "--user", "vllm", "/bin/sh", "-c", "id"], b"x"),
+                                  (["exec", "--user", "vllm", "id"], None)]
+
+
+def test_the_init_pid_is_kept_while_that_process_lives(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    module, conn = sandbox_connection()
+    monkeypatch.setattr(module, "PIDS", tmp_path)
+    conn._container_id = "node"
+    with subprocess.Popen(["sleep", "30"]) as first:
+        conn._podman = lambda *_a, **_k: (0, f"{first.pid}\n".encode(), b"")
+        assert conn._init_pid() == str(first.pid)
+        conn._podman = None  # a second lookup would fail: the record answers
+        assert conn._init_pid() == str(first.pid)
+        first.kill()
+        first.wait()
+    with subprocess.Popen(["sleep", "30"]) as second:  # the container was recreated
+        conn._podman = lambda *_a, **_k: (0, f"{second.pid}\n".encode(), b"")
+        assert conn._init_pid() == str(second.pid)
+        second.kill()
