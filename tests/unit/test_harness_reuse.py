@@ -78,6 +78,8 @@ def test_the_scenarios_restore_before_converge_and_save_after() -> None:
     for scenario in ("fleet", "serving"):
         converge = (ROOT / f"molecule/{scenario}/converge.yml").read_text()
         assert "_nv_action: save" in converge
+    # a save spares what another scenario, side by side, saved under its own key today
+    assert "-mtime +0 -delete" in (ROOT / "molecule/shared/node-venv.yml").read_text()
     serving_prepare = (ROOT / "molecule/serving/prepare.yml").read_text()
     assert "_nv_action: restore" not in serving_prepare, "serving must install from scratch"
 
