@@ -2,13 +2,13 @@
 """Connection to a sandbox container: its namespaces entered directly, modules piped.
 
 containers.podman's connection runs `podman exec` for each task (about five: mount, mkdir,
-chmod, exec, rm). Each costs the podman client, conmon and runc: measured on the harness's 2
-cores, a module ran for about 1.6 s of CPU through `podman exec -i` against 0.5 s entered with
-nsenter. This connection enters the container's namespaces (nsenter), joins its cgroups,
-keeps only its capability bounding set (setpriv, inside the container) and its environment,
-and pipes the module to the remote Python. The container's init PID is read with
-`podman inspect` once and then kept while that process lives. A task with another remote user
-goes through `podman exec -i`. Only the Molecule scenarios use it (.config/molecule/config.yml).
+chmod, exec, rm), and each costs the podman client, conmon and runc (scripts/bench-connection
+measures the difference; docs/benchmarks.md). This connection enters the container's
+namespaces (nsenter), joins its cgroups, keeps only its capability bounding set (setpriv,
+inside the container) and its environment, and pipes the module to the remote Python. The
+container's init PID is read with `podman inspect` once and then kept while that process
+lives. A task with another remote user goes through `podman exec -i`. Only the Molecule
+scenarios use it (.config/molecule/config.yml).
 """
 
 from __future__ import annotations
