@@ -1,15 +1,23 @@
-"""Shared by every scenario's testinfra tests: on a failed test, print the journal of the units
-the test module names in JOURNAL_UNITS, read from the host under test."""
+"""Shared by every scenario's testinfra tests: the `sandbox://` connection; on a failed test,
+the journal of the units the test module names in JOURNAL_UNITS, read from the host under test;
+playbook runs through ansible-runner."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import testinfra.backend
+
+# testinfra's `sandbox://NAME`: the container entered as the Ansible connection enters it
+# (molecule/shared/testinfra_sandbox.py), not a `podman exec` per command.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "shared"))
+testinfra.backend.BACKENDS["sandbox"] = "testinfra_sandbox.SandboxBackend"
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,8 +1,10 @@
 """What the test harness builds once and reuses: the key of a converged node's virtualenv
-(molecule/shared/node_venv_key.py) and the pipelined sandbox connection.
+(molecule/shared/node_venv_key.py), and the entry into a sandbox container that both the
+Ansible connection and the testinfra backend use (molecule/shared/sandbox_enter.py).
 
-A reused virtualenv is only safe if every input that shapes it changes the key; the
-connection is only faster if a module really goes through one `podman exec -i`.
+A reused virtualenv is only safe if every input that shapes it changes the key; the entry is
+only faster if a command runs in the container with no podman process at all, and only
+faithful if it keeps the container's bounding set, environment and cgroups.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,6 +121,16 @@ def sandbox_connection():
     return sandbox_podman, conn
 
 
+def fake_init(bounding_set: str) -> subprocess.Popen:
+    """A stand-in for a container's init: `sleep` with the given bounding set and a container's
+    environment, returned once it runs (before that, its /proc environ is still empty)."""
+    env = {"PATH": os.environ["PATH"], "container": "podman"}
+    init = subprocess.Popen(["setpriv", f"--bounding-set={bounding_set}", "sleep", "30"], env=env)
+    while Path(f"/proc/{init.pid}/comm").read_text().strip() != "sleep":
+        time.sleep(0.01)
+    return init
+
+
 def entered(target: subprocess.Popen | None = None):
     """A sandbox connection whose container init is `target` (else this test's own process):
     nsenter, the cgroup joins and setpriv run for real, as root, without a container."""
@@ -141,9 +154,7 @@ def test_a_piped_module_reaches_the_remote_shell_on_stdin() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="nsenter and cgroup joins need root")
 def test_commands_keep_the_containers_bounding_set_and_environment() -> None:
-    env = {"PATH": os.environ["PATH"], "container": "podman"}
-    with subprocess.Popen(["setpriv", "--bounding-set=-all,+chown,+kill", "sleep", "30"],
-                          env=env) as init:  # fmt: skip
+    with fake_init("-all,+chown,+kill") as init:
         try:
             _module, conn = entered(init)
             rc, out, _err = conn.exec_command("/bin/sh -c 'grep CapBnd /proc/self/status; env'")
@@ -167,8 +178,10 @@ def test_another_remote_user_goes_through_podman_exec() -> None:
 
 def test_the_init_pid_is_kept_while_that_process_lives(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    module, conn = sandbox_connection()
-    monkeypatch.setattr(module, "PIDS", tmp_path)
+    _module, conn = sandbox_connection()
+    import sandbox_enter
+
+    monkeypatch.setattr(sandbox_enter, "PIDS", tmp_path)
     conn._container_id = "node"
     with subprocess.Popen(["sleep", "30"]) as first:
         conn._podman = lambda *_a, **_k: (0, f"{first.pid}\n".encode(), b"")
@@ -181,3 +194,50 @@ def test_the_init_pid_is_kept_while_that_process_lives(tmp_path: Path,
         conn._podman = lambda *_a, **_k: (0, f"{second.pid}\n".encode(), b"")
         assert conn._init_pid() == str(second.pid)
         second.kill()
+
+
+def sandbox_host(spec: str, pid: str, monkeypatch: pytest.MonkeyPatch):
+    """A testinfra host through molecule/conftest.py's `sandbox://` scheme, whose container
+    init is `pid`; podman itself is replaced by a recorder."""
+    testinfra = pytest.importorskip("testinfra")
+    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+    try:
+        import sandbox_enter
+        import testinfra_sandbox
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setitem(testinfra.backend.BACKENDS, "sandbox", "testinfra_sandbox.SandboxBackend")
+    monkeypatch.setattr(sandbox_enter, "init_pid", lambda name, _inspect: pid)
+    podman_runs: list[str] = []
+
+    def run_local(self, command: str, *args: str):
+        podman_runs.append(self.quote(command, *args))
+        return self.result(0, b"", b"podman ran\n", b"")
+
+    monkeypatch.setattr(testinfra_sandbox.SandboxBackend, "run_local", run_local)
+    backend = testinfra.backend.get_backend(spec)
+    backend._encoding = "utf-8"
+    return testinfra.host.Host(backend), podman_runs
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nsenter and cgroup joins need root")
+def test_testinfra_commands_enter_the_container_without_podman(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with fake_init("-all,+kill") as init:
+        try:
+            host, podman_runs = sandbox_host("sandbox://node", str(init.pid), monkeypatch)
+            status = host.run("grep CapBnd /proc/self/status; echo $container; cat")
+            failed = host.run("echo %s >&2; exit 3", "it's broken")
+        finally:
+            init.kill()
+    assert podman_runs == []
+    assert status.rc == 0 and status.stdout.splitlines()[1:] == ["podman"]  # stdin: none
+    assert int(status.stdout.split()[1], 16) == 1 << 5  # kill
+    assert (failed.rc, failed.stderr) == (3, "it's broken\n")
+
+
+def test_testinfra_commands_as_another_user_go_through_podman_exec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    host, podman_runs = sandbox_host("sandbox://vllm@node", "1", monkeypatch)
+    assert host.run("id -un").stdout == "podman ran\n"
+    assert podman_runs == ["podman exec -u vllm node /bin/sh -c 'id -un'"]

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import ssl
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import httpx2 as httpx  # the HTTP client the pinned openai SDK uses
 import pytest
+import testinfra
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
@@ -71,16 +73,14 @@ STAT_PY = (
 
 
 def sh(container: str, command: str) -> str:
-    return subprocess.run(["podman", "exec", container, "sh", "-c", command], check=True,
-                          capture_output=True, text=True).stdout
+    """command's stdout on the container (its whole output, final newline kept)."""
+    result = testinfra.get_host(f"sandbox://{container}").run(command)
+    assert result.rc == 0, f"{command} on {container}: {result.stderr}"
+    return result.stdout
 
 
 def gateway_servers() -> dict:
-    import json
-
-    out = subprocess.run(["podman", "exec", "-i", GW, "python3", "-c", STAT_PY], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
+    return json.loads(sh(GW, f"python3 -c {shlex.quote(STAT_PY)}"))
 
 
 def main_pid(node: str) -> str:
@@ -139,7 +139,7 @@ def playbook(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_secrets_files_modes_and_no_clear_key(host):
-    gw = host.get_host(f"podman://{GW}")
+    gw = host.get_host(f"sandbox://{GW}")
     node_key = gw.file(f"{CONF}/node-key.map")
     assert (node_key.user, node_key.group, node_key.mode) == ("root", "haproxy", 0o640)
     tls_key = gw.file(f"{CONF}/tls.pem.key")

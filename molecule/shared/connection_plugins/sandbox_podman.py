@@ -13,10 +13,9 @@ scenarios use it (.config/molecule/config.yml).
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,50 +26,11 @@ from ansible_collections.containers.podman.plugins.connection.podman import (
     Connection as PodmanConnection,
 )
 
-# Linux capability numbers, as setpriv names them (linux/capability.h).
-CAPS = [
-    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid",
-    "setpcap", "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw",
-    "ipc_lock", "ipc_owner", "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct",
-    "sys_admin", "sys_boot", "sys_nice", "sys_resource", "sys_time", "sys_tty_config", "mknod",
-    "lease", "audit_write", "audit_control", "setfcap", "mac_override", "mac_admin", "syslog",
-    "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
-]
-CGROUPS = Path("/sys/fs/cgroup")
-PIDS = Path(os.path.expanduser("~/.ansible/sandbox-podman"))
-
-
-def start_time(pid: str) -> str | None:
-    """The process's start time (field 22 of /proc/PID/stat), or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def cgroup_files(pid: str) -> list[Path]:
-    """The cgroup.procs files a process exec'd into the container joins (cgroup v1 and v2)."""
-    files = []
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _num, controllers, path = line.split(":", 2)
-        path = path.removesuffix("/init.scope")
-        if controllers == "":
-            base = CGROUPS / "unified" if (CGROUPS / "unified").is_dir() else CGROUPS
-        else:
-            base = CGROUPS / controllers.split(",")[0].removeprefix("name=")
-        if (base / path.lstrip("/") / "cgroup.procs").exists():
-            files.append(base / path.lstrip("/") / "cgroup.procs")
-    return files
-
-
-def bounding_set(pid: str) -> str:
-    """setpriv's --bounding-set argument: the container init's capability bounding set."""
-    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if ln.startswith("CapBnd:"))  # fmt: skip
-    mask = int(line.split()[1], 16)
-    return ",".join(["-all"] + [f"+{name}" for bit, name in enumerate(CAPS) if mask >> bit & 1])
-
+# The entry itself is shared with the testinfra backend (molecule/shared/sandbox_enter.py);
+# Ansible loads this file by path, so its directory's parent goes on sys.path.
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import sandbox_enter
 
 DOCUMENTATION = """
     name: sandbox_podman
@@ -126,41 +86,23 @@ class Connection(PodmanConnection):
         return self
 
     def _init_pid(self) -> str:
-        """The container's init PID: kept in ~/.ansible while that process lives."""
-        record = PIDS / self._container_id
+        """The container's init PID (sandbox_enter.init_pid keeps it while it lives)."""
+
+        def inspect() -> str:
+            rc, out, err = self._podman(["inspect", "--format", "{{.State.Pid}}"])
+            if rc != 0:
+                raise AnsibleConnectionFailure(f"{self._container_id}: {to_native(err)}")
+            return to_native(out)
+
         try:
-            pid, started = json.loads(record.read_text())
-            if start_time(pid) == started:
-                return pid
-        except (OSError, ValueError):
-            pass
-        rc, out, err = self._podman(["inspect", "--format", "{{.State.Pid}}"])
-        pid = to_native(out).strip()
-        if rc != 0 or not pid.isdigit() or pid == "0":
-            raise AnsibleConnectionFailure(f"{self._container_id} is not running: {to_native(err)}")
-        PIDS.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps([pid, start_time(pid)]))
-        return pid
+            return sandbox_enter.init_pid(self._container_id, inspect)
+        except sandbox_enter.NotRunning as exc:
+            raise AnsibleConnectionFailure(str(exc)) from exc
 
     def _enter(self, argv: list[str], stdin: IO[bytes] | int | None,
                in_data: bytes | None = None) -> tuple[int, bytes, bytes]:
-        """Run argv in the container: its namespaces, cgroups, bounding set and environment."""
-        pid = self._init_pid()
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        joins = cgroup_files(pid)
-
-        def join() -> None:
-            for procs in joins:
-                procs.write_text(str(os.getpid()))
-
-        command = ["nsenter", "-t", pid, "-a", "-r", "-w", "setpriv",
-                   f"--bounding-set={bounding_set(pid)}", "env", "-i",
-                   *[e for e in environ if e], *argv]  # fmt: skip
-        process = subprocess.Popen([to_bytes(c) for c in command], stdin=stdin,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   preexec_fn=join)  # fmt: skip
-        out, err = process.communicate(in_data)
-        return process.returncode, out, err
+        """Run argv in the container (sandbox_enter.enter)."""
+        return sandbox_enter.enter(self._init_pid(), [to_bytes(a) for a in argv], stdin, in_data)
 
     def exec_command(self, cmd: str, in_data: bytes | None = None, sudoable: bool = False) -> Any:
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)

@@ -53,7 +53,7 @@ CPU_EXCEPTIONS = {"tensor-parallel-size": 1, "dtype": "float32"}
 
 @pytest.fixture(scope="module")
 def host() -> Any:
-    return testinfra.get_host(f"podman://{NODE}")
+    return testinfra.get_host(f"sandbox://{NODE}")
 
 
 def prop(host: Any, name: str) -> str:

@@ -19,7 +19,7 @@ SHA256 = "d9035954a2028fd7efb2c37e137d69b568d80f193b6a8748f885676292a43a95"
 
 @pytest.fixture(scope="module")
 def hosts():
-    return {name: testinfra.get_host(f"podman://{name}") for name in HOSTS}
+    return {name: testinfra.get_host(f"sandbox://{name}") for name in HOSTS}
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ WRAPPER_DEFAULTS = {"probe-interval": 0.0, "probe-timeout": 30.0, "poll-interval
 
 @pytest.fixture(scope="module")
 def host() -> Any:
-    return testinfra.get_host(f"podman://{NODE}")
+    return testinfra.get_host(f"sandbox://{NODE}")
 
 
 def prop(host: Any, name: str) -> str:
