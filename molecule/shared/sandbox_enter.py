@@ -12,6 +12,7 @@ testinfra backend (testinfra_sandbox.py). Plain Python, no Ansible or testinfra 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -29,6 +30,9 @@ CAPS = [
     "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
 ]
 CGROUPS = Path("/sys/fs/cgroup")
+# Where a container's Python keeps the code it compiled from Ansible's module zips (see
+# compile_cache_prelude).
+CODE_CACHE = "/var/tmp/instinct-ansiballz"
 PIDS = Path(os.path.expanduser("~/.ansible/sandbox-podman"))
 
 
@@ -119,3 +123,60 @@ def enter(pid: str, argv: list[bytes], stdin: IO[bytes] | int | None,
                                stderr=subprocess.PIPE, preexec_fn=join)  # fmt: skip
     out, err = process.communicate(in_data)
     return process.returncode, out, err
+
+
+# Ansible sends each module as a zip of its sources that Python imports with zipimport, which
+# cannot keep bytecode: every task compiles ansible.module_utils again in the container. This
+# prelude, run before the module, keeps each compiled module in CODE_CACHE, keyed by its path in
+# the zip and its source, and points the code back at the path of this run's zip.
+PRELUDE = """\
+import __main__, base64
+
+
+def _instinct_code_cache(directory):
+    import hashlib, marshal, os, sys, types, zipimport
+
+    compile_source = zipimport._compile_source
+
+    def retarget(code, name):
+        consts = tuple(retarget(c, name) if isinstance(c, types.CodeType) else c
+                       for c in code.co_consts)
+        return code.replace(co_filename=name, co_consts=consts)
+
+    def cached(pathname, source):
+        inner = pathname.rpartition(".zip")[2].encode()
+        key = hashlib.sha256(inner + b"\\0" + source).hexdigest()
+        path = os.path.join(directory, sys.implementation.cache_tag + "-" + key)
+        try:
+            with open(path, "rb") as f:
+                return retarget(marshal.load(f), pathname)
+        except Exception:
+            pass
+        code = compile_source(pathname, source)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            with open(path + "." + str(os.getpid()), "wb") as f:
+                marshal.dump(code, f)
+            os.replace(path + "." + str(os.getpid()), path)
+        except OSError:
+            pass
+        return code
+
+    zipimport._compile_source = cached
+
+
+try:
+    _instinct_code_cache(%r)
+except Exception:
+    pass
+del _instinct_code_cache
+exec(compile(base64.b64decode(%r), "<stdin>", "exec", dont_inherit=True), __main__.__dict__)
+"""
+
+
+def with_code_cache(module: bytes, directory: str = CODE_CACHE) -> bytes:
+    """A pipelined Ansible module (AnsiballZ) with the code-cache prelude in front of it;
+    anything else unchanged."""
+    if b"_ansiballz_main" not in module:
+        return module
+    return (PRELUDE % (directory, base64.b64encode(module))).encode()

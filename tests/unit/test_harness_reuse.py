@@ -241,3 +241,57 @@ def test_testinfra_commands_as_another_user_go_through_podman_exec(
     host, podman_runs = sandbox_host("sandbox://vllm@node", "1", monkeypatch)
     assert host.run("id -un").stdout == "podman ran\n"
     assert podman_runs == ["podman exec -u vllm node /bin/sh -c 'id -un'"]
+
+
+def wrapper_script(zip_path: Path) -> bytes:
+    """A stand-in for a pipelined AnsiballZ module: a __future__ import first, the zip first on
+    sys.path, a module imported from it (zipimport)."""
+    return (f"from __future__ import annotations\n# _ansiballz_main stand-in\nimport sys\n"
+            f"sys.path.insert(0, {str(zip_path)!r})\nfrom pkg import mod\n"
+            f"print(mod.VALUE, mod.where.__code__.co_filename)\n").encode()
+
+
+def run_zip_module(tmp_path: Path, run: str, cache: Path) -> list[str]:
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+    try:
+        import sandbox_enter
+    finally:
+        sys.path.pop(0)
+    zip_path = tmp_path / run / "payload.zip"
+    zip_path.parent.mkdir()
+    with zipfile.ZipFile(zip_path, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg/mod.py", "VALUE = 'compiled'\ndef where():\n    pass\n")
+    script = sandbox_enter.with_code_cache(wrapper_script(zip_path), str(cache))
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, check=True)
+    return done.stdout.decode().split()
+
+
+def test_a_module_reuses_the_code_the_container_compiled_for_an_earlier_task(
+        tmp_path: Path) -> None:
+    import marshal
+
+    cache = tmp_path / "cache"
+    assert run_zip_module(tmp_path, "first", cache) == [
+        "compiled", str(tmp_path / "first" / "payload.zip" / "pkg" / "mod.py")]
+    kept = list(cache.iterdir())
+    assert len(kept) == 2  # pkg/__init__.py and pkg/mod.py, by their source
+    # Whatever is kept for pkg/mod.py is what the next task runs: make it say so.
+    for path in kept:
+        if marshal.loads(path.read_bytes()).co_names[:1] == ("VALUE",):
+            path.write_bytes(marshal.dumps(compile("VALUE = 'kept'\ndef where():\n    pass\n",
+                                                   "old.zip/pkg/mod.py", "exec")))
+    second = run_zip_module(tmp_path, "second", cache)
+    # the kept code ran, pointed at this task's zip (tracebacks name the zip that ran)
+    assert second == ["kept", str(tmp_path / "second" / "payload.zip" / "pkg" / "mod.py")]
+
+
+def test_only_an_ansible_module_gets_the_code_cache() -> None:
+    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+    try:
+        import sandbox_enter
+    finally:
+        sys.path.pop(0)
+    assert sandbox_enter.with_code_cache(b"echo hello") == b"echo hello"

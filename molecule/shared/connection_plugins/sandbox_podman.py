@@ -110,8 +110,10 @@ class Connection(PodmanConnection):
         if self.user and self.user not in ("root", "0"):
             attach = ["-i"] if in_data is not None else []
             return self._podman(["exec", *attach, "--user", self.user], argv, in_data)
-        stdin = subprocess.PIPE if in_data is not None else subprocess.DEVNULL
-        return self._enter(argv, stdin, in_data)
+        if in_data is None:
+            return self._enter(argv, subprocess.DEVNULL)
+        # a module: its compiled module_utils kept in the container (sandbox_enter.PRELUDE)
+        return self._enter(argv, subprocess.PIPE, sandbox_enter.with_code_cache(in_data))
 
     def put_file(self, in_path: str, out_path: str) -> None:
         ConnectionBase.put_file(self, in_path, out_path)
