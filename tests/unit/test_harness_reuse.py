@@ -288,10 +288,14 @@ def test_a_module_reuses_the_code_the_container_compiled_for_an_earlier_task(
     assert second == ["kept", str(tmp_path / "second" / "payload.zip" / "pkg" / "mod.py")]
 
 
-def test_only_an_ansible_module_gets_the_code_cache() -> None:
+def test_only_an_ansible_module_gets_the_code_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.path.insert(0, str(ROOT / "molecule" / "shared"))
     try:
         import sandbox_enter
     finally:
         sys.path.pop(0)
     assert sandbox_enter.with_code_cache(b"echo hello") == b"echo hello"
+    module = b"def _ansiballz_main(): pass"
+    assert sandbox_enter.with_code_cache(module) != module
+    monkeypatch.setenv("INSTINCT_CODE_CACHE", "off")  # scripts/bench-connection's comparison
+    assert sandbox_enter.with_code_cache(module) == module
