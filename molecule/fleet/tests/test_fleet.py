@@ -73,9 +73,11 @@ STAT_PY = (
 
 
 def sh(container: str, command: str) -> str:
-    """command's stdout on the container (its whole output, final newline kept)."""
+    """command's stdout on the container (its whole output, final newline kept); a failed
+    command raises CalledProcessError, which the gateway polls below expect during a reload."""
     result = testinfra.get_host(f"sandbox://{container}").run(command)
-    assert result.rc == 0, f"{command} on {container}: {result.stderr}"
+    if result.rc != 0:
+        raise subprocess.CalledProcessError(result.rc, command, result.stdout, result.stderr)
     return result.stdout
 
 
