@@ -5,7 +5,8 @@ containers.podman's connection runs `podman exec` for each task (about five: mou
 chmod, exec, rm), and each costs the podman client, conmon and runc (scripts/bench-connection
 measures the difference; docs/benchmarks.md). This connection enters the container's
 namespaces (nsenter), joins its cgroups, keeps only its capability bounding set (setpriv,
-inside the container) and its environment, and pipes the module to the remote Python. The
+inside the container) and its environment, and pipes the module to the remote Python, with a
+prelude that keeps the code compiled from the module's zip (sandbox_enter.PRELUDE). The
 container's init PID is read with `podman inspect` once and then kept while that process
 lives. A task with another remote user goes through `podman exec -i`. Only the Molecule
 scenarios use it (.config/molecule/config.yml).
@@ -37,7 +38,8 @@ DOCUMENTATION = """
     short_description: A sandbox podman container, entered with nsenter, with module pipelining
     description:
       - Enters the container's namespaces with nsenter, joins its cgroups and keeps its
-        capability bounding set and environment; modules are piped to the remote Python.
+        capability bounding set and environment; modules are piped to the remote Python,
+        and the code it compiles from their zips is kept in the container.
         A remote user other than root goes through C(podman exec -i).
     options:
       remote_addr:
