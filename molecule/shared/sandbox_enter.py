@@ -31,7 +31,7 @@ CAPS = [
 ]
 CGROUPS = Path("/sys/fs/cgroup")
 # Where a container's Python keeps the code it compiled from Ansible's module zips (see
-# compile_cache_prelude).
+# PRELUDE).
 CODE_CACHE = "/var/tmp/instinct-ansiballz"
 PIDS = Path(os.path.expanduser("~/.ansible/sandbox-podman"))
 
@@ -86,7 +86,7 @@ def init_pid(container: str, inspect: Callable[[], str]) -> str:
     if not pid.isdigit() or pid == "0":
         raise NotRunning(f"{container} is not running")
     PIDS.mkdir(parents=True, exist_ok=True)
-    partial = record.with_suffix(f".{os.getpid()}")  # written whole, then renamed
+    partial = record.parent / f"{record.name}.{os.getpid()}"  # written whole, renamed
     partial.write_text(json.dumps([pid, start_time(pid)]))
     partial.replace(record)
     return pid

@@ -23,10 +23,7 @@ class SandboxBackend(PodmanBackend):
     def run(self, command: str, *args: str, **kwargs: Any) -> base.CommandResult:
         if self.user not in (None, "root", "0"):
             return super().run(command, *args, **kwargs)
-        cmd = self.get_command(command, *args)
+        cmd = self.encode(self.get_command(command, *args))
         pid = sandbox_enter.init_pid(self.name, sandbox_enter.podman_inspect(self.name))
-        argv = [b"/bin/sh", b"-c", self.encode(cmd)]
-        rc, out, err = sandbox_enter.enter(pid, argv, subprocess.DEVNULL)
-        result = self.result(rc, self.encode(cmd), out, err)
-        result.command = self.encode(cmd)
-        return result
+        rc, out, err = sandbox_enter.enter(pid, [b"/bin/sh", b"-c", cmd], subprocess.DEVNULL)
+        return self.result(rc, cmd, out, err)

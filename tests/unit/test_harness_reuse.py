@@ -9,6 +9,7 @@ faithful if it keeps the container's bounding set, environment and cgroups.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -107,6 +108,16 @@ class FakePodman:
         return 0, b"", b""
 
 
+def shared(name: str):
+    """A module of molecule/shared, imported under its own name as the harness imports it (the
+    connection plugin and the testinfra backend import sandbox_enter so)."""
+    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def sandbox_connection():
     pytest.importorskip("ansible_collections.containers.podman")
     sys.path.insert(0, str(ROOT / "molecule" / "shared" / "connection_plugins"))
@@ -179,9 +190,7 @@ def test_another_remote_user_goes_through_podman_exec() -> None:
 def test_the_init_pid_is_kept_while_that_process_lives(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     _module, conn = sandbox_connection()
-    import sandbox_enter
-
-    monkeypatch.setattr(sandbox_enter, "PIDS", tmp_path)
+    monkeypatch.setattr(shared("sandbox_enter"), "PIDS", tmp_path)
     conn._container_id = "node"
     with subprocess.Popen(["sleep", "30"]) as first:
         conn._podman = lambda *_a, **_k: (0, f"{first.pid}\n".encode(), b"")
@@ -200,12 +209,7 @@ def sandbox_host(spec: str, pid: str, monkeypatch: pytest.MonkeyPatch):
     """A testinfra host through molecule/conftest.py's `sandbox://` scheme, whose container
     init is `pid`; podman itself is replaced by a recorder."""
     testinfra = pytest.importorskip("testinfra")
-    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
-    try:
-        import sandbox_enter
-        import testinfra_sandbox
-    finally:
-        sys.path.pop(0)
+    sandbox_enter, testinfra_sandbox = shared("sandbox_enter"), shared("testinfra_sandbox")
     monkeypatch.setitem(testinfra.backend.BACKENDS, "sandbox", "testinfra_sandbox.SandboxBackend")
     monkeypatch.setattr(sandbox_enter, "init_pid", lambda name, _inspect: pid)
     podman_runs: list[str] = []
@@ -254,11 +258,7 @@ def wrapper_script(zip_path: Path) -> bytes:
 def run_zip_module(tmp_path: Path, run: str, cache: Path) -> list[str]:
     import zipfile
 
-    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
-    try:
-        import sandbox_enter
-    finally:
-        sys.path.pop(0)
+    sandbox_enter = shared("sandbox_enter")
     zip_path = tmp_path / run / "payload.zip"
     zip_path.parent.mkdir()
     with zipfile.ZipFile(zip_path, "w") as z:
@@ -289,11 +289,7 @@ def test_a_module_reuses_the_code_the_container_compiled_for_an_earlier_task(
 
 
 def test_only_an_ansible_module_gets_the_code_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    sys.path.insert(0, str(ROOT / "molecule" / "shared"))
-    try:
-        import sandbox_enter
-    finally:
-        sys.path.pop(0)
+    sandbox_enter = shared("sandbox_enter")
     assert sandbox_enter.with_code_cache(b"echo hello") == b"echo hello"
     module = b"def _ansiballz_main(): pass"
     assert sandbox_enter.with_code_cache(module) != module
