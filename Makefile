@@ -28,7 +28,7 @@ bench: host-packages venv ## model conversion benchmark; writes docs/benchmarks.
 	.venv/bin/python scripts/bench
 	$(if $(FLEET),$(MAKE) bench-fleet)
 
-bench-fleet: host-packages venv collections image ## the fleet scenario's figures (roll N nodes, failed requests, gateway TTFT overhead at c=16) into docs/benchmarks.md; long
+bench-fleet: host-packages venv collections image ## the fleet scenario, long variant (a new vLLM venv in every rollout, 10 min of saturation): its figures into docs/benchmarks.md
 	.venv/bin/python scripts/fleet-bench run
 
 host-packages: ## Debian packages the harness needs (podman, runc, debootstrap, ...)

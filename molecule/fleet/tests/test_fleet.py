@@ -60,6 +60,14 @@ FAILED_AT_FINGERPRINT = re.compile(r"fleet-node1 failed its switch or gate at ta
 STAGED = re.compile(r"(fleet-node\d) staged in ([0-9.]+) s, serving all along "
                     r"\(done (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z\)")
 R2 = "/srv/models/demo-gptoss-legacy-r2"  # run 1's revision (change-good.yml)
+# FLEET_NEW_VENV=1 (`make bench-fleet`): every rollout also names a vLLM venv of its own, which
+# run 1 installs on each node while it serves - a staging of minutes (the wheelhouse into a new
+# venv), against which each node's time out of rotation is shown not to grow.
+VENV = "/opt/vllm/venv"  # converge's (role vllm's default)
+NEW_VENV = "/opt/vllm/venv-r2" if os.environ.get("FLEET_NEW_VENV") == "1" else None
+CHANGE_VENV = ["-e", f"vllm_venv_path={NEW_VENV}"] if NEW_VENV else []
+# Out of rotation at most the engine's start, the gates and this (the drain and the switch).
+SWITCH_BOUND = 15.0
 SCALED = "/srv/models/demo-gptoss-legacy-r3-scaled"  # runs 2-3 (change-bad-node1.yml)
 
 STAT_PY = (
@@ -524,7 +532,7 @@ def rollout(ca: str, change: str, *extra: str,
     t0 = time.monotonic()
     run = playbook("rolling_update.yml", "-e", f"@{SCENARIO / 'vars' / change}",
                    "-e", f"instinct_vllm_fingerprint_baseline_dir={FINGERPRINTS}",
-                   "-e", f"instinct_vllm_canary_benchmark_dir={CANARY}", *extra)
+                   "-e", f"instinct_vllm_canary_benchmark_dir={CANARY}", *CHANGE_VENV, *extra)
     seconds = time.monotonic() - t0
     if watch:
         watch.stop()
@@ -578,6 +586,7 @@ def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedPro
     recorded["restarts"][node].update(staging_s=round(staging_s, 1),
                                       out_of_rotation_s=round(out, 1))
     assert staged_at < left < start < ready < back, (node, staged_at, left, start, ready, back)
+    assert start - left <= SWITCH_BOUND, (node, start - left)
 
 
 # The certificates' life in days that run 1 renews them with (the default is 365).
@@ -624,7 +633,9 @@ def test_rolling_update_loses_no_request(ca, figures, results):
     bad = failed(outcomes)
     figures.append(f"run 1 (good change, both nodes): rolling_update.yml rc={run.returncode} "
                    f"in {seconds:.0f} s; client requests {len(outcomes)}, failed {len(bad)}")
-    recorded = record(results, "rollout_good", run, outcomes, seconds, restarts={})
+    recorded = record(results, "rollout_good", run, outcomes, seconds, restarts={},
+                      change=("a flag, a vLLM venv and a model revision" if NEW_VENV else
+                              "a flag and a model revision") + " on every node (node 1 the canary)")
     assert run.returncode == 0, run.stdout[-5000:]
     assert not bad, [o.error for o in bad[:5]]
     after = {n: main_pid(n) for n in NODES}
@@ -641,6 +652,9 @@ def test_rolling_update_loses_no_request(ca, figures, results):
         out_of_rotation(node, watch, run, start, ready, figures, recorded)
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
+        if NEW_VENV:  # the new venv serves; the last good release's stays for a rollback
+            assert f"{NEW_VENV}/bin/python" in unit, unit
+            sh(node, f"test -x {VENV}/bin/python")
     renewed_certificates(certs, fleet_ca, figures)
     # The canary (fleet-node1) rolled first, with the gate benchmark: its run, the first, has
     # no baseline and became it; fleet-node2 rolled after it without that gate.

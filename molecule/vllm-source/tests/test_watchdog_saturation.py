@@ -12,7 +12,7 @@ vllm-source-1; unit vllm.service), requests to 127.0.0.1 inside the node only, b
    WatchdogSec + probe interval + MARGIN seconds, then a restart (NRestarts + 1).
 
 The node is left as converge made it (drop-in removed, unit restarting; not waited for).
-saturate.py (next to this file) is the load driver, copied into the node.
+molecule/shared/saturate.py is the load driver, copied into the node.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def saturate(host: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def driver(host: Any) -> None:
-    source = Path(__file__).with_name("saturate.py")
+    source = Path(__file__).resolve().parents[2] / "shared" / "saturate.py"
     subprocess.run(["podman", "cp", str(source), f"{NODE}:{DRIVER}"], check=True)
 
 

@@ -42,6 +42,9 @@ FIGURES = {
                  "status": "DOWN (agent)", "streams_on_node_at_down": 2,
                  "health_while_stopped": 200, "requests": 120, "failed": 1,
                  "failed_after_down": 0, "up_after_sigcont_s": 2.1},
+    "saturation": {"node": "n2", "probe_timeout_s": 15.0, "max_marker_s": 21.4, "clients": 40,
+                   "ramp_s": 88.1, "hold_s": 600.2, "direct_requests": 3100, "direct_failed": 0,
+                   "requests": 2500, "failed": 0, "states": ["UP"], "seconds": 750.3},
     "finished_utc": "2026-12-01 12:50",
     "loadavg_at_end": [3.0, 2.5, 2.0],
     "pytest_exit_status": 0,
@@ -61,6 +64,17 @@ def test_the_section_carries_the_measured_figures():
     assert ("SIGSTOP of n2's VLLM::EngineCore under 4 streams -> DOWN (agent) at the gateway in "
             "1.84 s (its /health: 200); 2 stream(s) on it then; 1 failed of 120 client "
             "requests, 0 after DOWN; SIGCONT -> UP in 2.1 s.") in text
+    assert ("n2's queue deeper than its probe timeout (15.0 s; a 1-token request waited up to "
+            "21.4 s) with 40 clients, held 600.2 s after a 88.1 s ramp: gateway states UP (no "
+            "ejection); 0 failed of 3100 direct requests, 0 failed of 2500 client requests "
+            "through the gateway.") in text
+    assert "| a flag and a model revision on every node (node 1 the canary) |" in text
+
+
+def test_a_rollout_names_its_own_change():
+    good = {**FIGURES["rollout_good"], "change": "a flag, a vLLM venv and a model revision"}
+    text = fb.section({**FIGURES, "rollout_good": good}, "a test")
+    assert "| a flag, a vLLM venv and a model revision | 2 (1) | rc 0, 901.2 s |" in text
 
 
 def test_a_second_report_replaces_the_section_and_keeps_the_rest():

@@ -1,12 +1,16 @@
-"""Saturate a local vLLM for a bounded time; run INSIDE the node (standard library only).
+"""Saturate one vLLM for a bounded time (standard library only).
 
-Used by test_watchdog_saturation.py (copied to the node with `podman cp`): keeps a queue of
-completions deeper than the watchdog's probe timeout and measures it with its own 1-token
-"marker" requests (what the watchdog's probe sends), growing the number of clients until a
-marker waits longer than --target seconds, then holding that load for --seconds (the ramp is
-bounded by --ramp-limit). Prints one JSON line: requests, failures, the marker latencies, the
-ramp's and the hold's seconds. The API key is read from the unit's 0600 environment file
-(never argv).
+Keeps a queue of completions deeper than the watchdog's probe timeout and measures it with its
+own 1-token "marker" requests (what the watchdog's probe sends), growing the number of clients
+until a marker waits longer than --target seconds, then holding that load for --seconds (the
+ramp is bounded by --ramp-limit). Prints one JSON line: requests, failures, the marker
+latencies, the ramp's and the hold's seconds. The API key is read from a 0600 environment file
+(VLLM_API_KEY=..., as the unit's; never argv).
+
+The vllm-source scenario copies it into its node (test_watchdog_saturation.py, plain HTTP on
+127.0.0.1); the fleet scenario runs it on the controller against a node's published mTLS port
+(test_fleet_saturation.py, --ca-file, --cert-file and --key-file: the controller's client
+certificate).
 
     python3 saturate.py --url http://127.0.0.1:8000 --env-file /etc/vllm/vllm.env \
         --seconds 90 --ramp-limit 120 --target 36 --max-tokens 200 --clients 16 --max-clients 256
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import threading
 import time
@@ -23,7 +28,16 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+def opener(args: argparse.Namespace) -> urllib.request.OpenerDirector:
+    """No proxy; over https the given CA and client certificate (mTLS), when named."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if args.ca_file or args.cert_file:
+        context = ssl.create_default_context(cafile=args.ca_file or None)
+        if args.cert_file:
+            context.load_cert_chain(args.cert_file, args.key_file or None)
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers)
 
 
 def api_key(env_file: str) -> str:
@@ -51,12 +65,13 @@ class Load:
         self.deep_at: float | None = None  # when a marker first waited longer than --target
         self.deadline = self.began + args.ramp_limit  # never deep: stop after the ramp
         self.threads: list[threading.Thread] = []
+        self.opener = opener(args)
 
     def call(self, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(self.args.url + path, data=data, headers=headers)
-        with _OPENER.open(request, timeout=self.args.request_timeout) as response:
+        with self.opener.open(request, timeout=self.args.request_timeout) as response:
             return json.loads(response.read())
 
     def complete(self, max_tokens: int) -> None:
@@ -148,6 +163,9 @@ def main() -> int:
     parser.add_argument("--max-clients", type=int, default=256)
     parser.add_argument("--marker-interval", type=float, default=5.0)
     parser.add_argument("--request-timeout", type=float, default=900.0)
+    parser.add_argument("--ca-file", default="", help="CA of the node's certificate (https)")
+    parser.add_argument("--cert-file", default="", help="client certificate (mTLS)")
+    parser.add_argument("--key-file", default="", help="its key")
     args = parser.parse_args()
     key = api_key(args.env_file)
     load = Load(args, key, "")

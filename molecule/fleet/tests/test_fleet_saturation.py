@@ -1,0 +1,156 @@
+"""fleet scenario: a saturated node stays in the gateway's rotation (docs/gateway.md, "Hung nodes").
+
+fleet-node2 gets a queue of completions deeper than its watchdog's probe timeout: saturate.py
+(molecule/shared) runs on the controller against the node's published mTLS port, grows its
+clients until a 1-token request waits longer than the probe timeout, then holds that load for
+FLEET_SATURATION_SECONDS (default 60; `make bench-fleet`: 600). Meanwhile the client load of
+fleet_load.py streams through the gateway and a watch polls the gateway's server states. The
+watchdog excuses a slow probe while tokens flow, so the node stays UP at the gateway the whole
+time (no ejection), no request fails on either path, and systemd never restarts the engine.
+
+Runs after test_fleet_ejection.py (name order); starts by waiting for both nodes UP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.machinery
+import importlib.util
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_load import Load, failed
+from test_fleet import (
+    CONF,
+    DIRECT,
+    GW,
+    MODEL,
+    NODE_KEY,
+    PKI,
+    REPO,
+    GatewayWatch,
+    main_pid,
+    openai_client,
+    sh,
+    wait_status,
+)
+
+NODE = "fleet-node2"
+HOLD = float(os.environ.get("FLEET_SATURATION_SECONDS", "60"))  # once deeper than the timeout
+RAMP_LIMIT = 300.0  # seconds to build the queue
+DRIVER = REPO / "molecule" / "shared" / "saturate.py"
+WRAPPER = REPO / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The gateway's self-signed certificate, trusted as its own CA."""
+    path = tmp_path_factory.mktemp("saturation") / "gateway.pem"
+    path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
+    return str(path)
+
+
+def wrapper_defaults() -> dict[str, float]:
+    """The watchdog wrapper's own defaults (its Config), by option name (probe-timeout, ...)."""
+    loader = importlib.machinery.SourceFileLoader("instinct_vllm_watchdog", str(WRAPPER))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[loader.name] = module  # dataclasses looks its module up
+    loader.exec_module(module)
+    return {f.name.replace("_", "-"): f.default for f in dataclasses.fields(module.Config)
+            if isinstance(f.default, float)}
+
+
+def watchdog_options(node: str) -> dict[str, float]:
+    """The wrapper's settings on the node: its defaults, then the unit's ExecStart options."""
+    options = wrapper_defaults()
+    line = next(x for x in sh(node, "cat /etc/systemd/system/vllm.service").splitlines()
+                if x.startswith("ExecStart="))
+    words = shlex.split(line.split("=", 1)[1])
+    own = words[:words.index("--")]
+    for word, value in itertools.pairwise(own):
+        if word.startswith("--") and word[2:] in options:
+            options[word[2:]] = float(value)
+    return options
+
+
+def flag(node: str, name: str, default: int) -> int:
+    """An integer vLLM flag of the node's unit (its ExecStart after the wrapper's "--")."""
+    line = next(x for x in sh(node, "cat /etc/systemd/system/vllm.service").splitlines()
+                if x.startswith("ExecStart="))
+    words = shlex.split(line.split("=", 1)[1])
+    vllm = words[words.index("--") + 1:]
+    return int(vllm[vllm.index(name) + 1]) if name in vllm else default
+
+
+def saturate(node: str, target: float, env_file: Path) -> dict:
+    """saturate.py on the controller against the node's published port, over mTLS."""
+    seqs = flag(node, "--max-num-seqs", 256)
+    max_tokens = max(16, min(400, flag(node, "--max-model-len", 32768) - 64))
+    command = [
+        sys.executable, str(DRIVER), "--url", DIRECT[node], "--env-file", str(env_file),
+        "--ca-file", str(PKI / "ca.crt"), "--cert-file", str(PKI / "controller.crt"),
+        "--key-file", str(PKI / "controller.key"), "--seconds", str(HOLD),
+        "--ramp-limit", str(RAMP_LIMIT), "--target", str(target),
+        "--max-tokens", str(max_tokens), "--clients", str(2 * seqs),
+        "--max-clients", str(32 * seqs), "--step", str(max(4, seqs)),
+    ]  # fmt: skip
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
+    assert all(wait_status(n, "UP", 300) == "UP" for n in DIRECT)
+    options = watchdog_options(NODE)
+    # the node's watchdog probes the engine, as the role's default does: the case to excuse
+    assert options["probe-interval"] > 0, options
+    target = 1.2 * options["probe-timeout"]
+    restarts = sh(NODE, "systemctl show -P NRestarts vllm.service").strip()
+    pid = main_pid(NODE)
+    env_file = tmp_path / "node.env"
+    env_file.touch(mode=0o600)
+    env_file.write_text(f"VLLM_API_KEY={NODE_KEY}\n")
+    watch = GatewayWatch().start()
+    load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
+    began = time.monotonic()
+    try:
+        found = saturate(NODE, target, env_file)
+    finally:
+        seconds = time.monotonic() - began
+        outcomes = load.stop()
+        changes = watch.stop()
+    bad = failed(outcomes)
+    states = [status for _when, status in changes[NODE]]
+    figures.append(
+        f"saturation: {NODE}'s queue deeper than its probe timeout ({options['probe-timeout']:.0f} "
+        f"s; a 1-token request waited up to {found['max_marker']} s) with {found['clients']} "
+        f"clients, held {found['hold_seconds']} s after a {found['ramp_seconds']} s ramp; "
+        f"{found['requests']} direct requests, {found['failures']} failed; through the gateway "
+        f"{len(outcomes)} requests, {len(bad)} failed; gateway states of {NODE}: {states}")
+    results["saturation"] = {
+        "node": NODE, "probe_timeout_s": options["probe-timeout"],
+        "max_marker_s": found["max_marker"], "clients": found["clients"],
+        "ramp_s": found["ramp_seconds"], "hold_s": found["hold_seconds"],
+        "direct_requests": found["requests"], "direct_failed": found["failures"],
+        "requests": len(outcomes), "failed": len(bad), "states": states,
+        "seconds": round(seconds, 1),
+    }
+    # deeper than the probe timeout, for the whole hold
+    assert found["max_marker"] > target, found["markers"]
+    assert found["hold_seconds"] >= HOLD, found
+    assert found["failures"] == 0, found["failure_examples"]
+    assert not bad, [o.error for o in bad[:5]]
+    # never out of rotation: UP throughout ("UP 1/2" would be one failed check, not an ejection)
+    assert states and all(s.startswith("UP") for s in states), changes[NODE]
+    assert (sh(NODE, "systemctl show -P NRestarts vllm.service").strip(), main_pid(NODE)) == \
+        (restarts, pid)
