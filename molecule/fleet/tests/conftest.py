@@ -37,6 +37,16 @@ def results(request: pytest.FixtureRequest) -> dict[str, Any]:
     return found
 
 
+@pytest.fixture(scope="session")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The gateway's self-signed certificate (role gateway's), trusted as its own CA."""
+    from test_fleet import CONF, GW, sh
+
+    path = tmp_path_factory.mktemp("gateway") / "gateway.pem"
+    path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
+    return str(path)
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on (the controller runs the containers too)."""
     cpu = next((line.split(":", 1)[1].strip() for line in

@@ -105,14 +105,6 @@ def started_and_ready(node: str) -> tuple[float, float]:
     return float(start), float(ready)
 
 
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The gateway's self-signed certificate, trusted as its own CA."""
-    path = tmp_path_factory.mktemp("fleet") / "gateway.pem"
-    path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
-    return str(path)
-
-
 def node_tls() -> ssl.SSLContext:
     """The controller's side of the nodes' mTLS: the fleet CA and its client certificate."""
     context = ssl.create_default_context(cafile=str(PKI / "ca.crt"))

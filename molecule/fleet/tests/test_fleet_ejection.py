@@ -19,12 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_load import Load, failed
 from test_fleet import (
-    CONF,
     DIRECT,
     GW,
     MODEL,
@@ -66,14 +63,6 @@ while time.monotonic() - start < 60:
     time.sleep(0.05)
 print(json.dumps({"after": time.monotonic() - start, "status": status, "scur": scur}))
 """
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The gateway's self-signed certificate, trusted as its own CA."""
-    path = tmp_path_factory.mktemp("ejection") / "gateway.pem"
-    path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
-    return str(path)
 
 
 def engine_of(node: str) -> tuple[str, str]:

@@ -25,14 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fleet_load import Load, failed
 from test_fleet import (
-    CONF,
     DIRECT,
-    GW,
     MODEL,
     NODE_KEY,
     PKI,
@@ -49,14 +45,6 @@ HOLD = float(os.environ.get("FLEET_SATURATION_SECONDS", "60"))  # once deeper th
 RAMP_LIMIT = 300.0  # seconds to build the queue
 DRIVER = REPO / "molecule" / "shared" / "saturate.py"
 WRAPPER = REPO / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The gateway's self-signed certificate, trusted as its own CA."""
-    path = tmp_path_factory.mktemp("saturation") / "gateway.pem"
-    path.write_text(sh(GW, f"cat {CONF}/tls.pem"))
-    return str(path)
 
 
 def wrapper_defaults() -> dict[str, float]:
