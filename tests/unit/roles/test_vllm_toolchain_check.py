@@ -301,11 +301,14 @@ def run_builder_check(
 
 
 def python_without_headers(tmp_path: Path) -> str:
-    """This python, made to look for Python.h in an empty directory (a node without python3-dev)."""
+    """This python, made to look for Python.h in an empty directory (a node without python3-dev)
+    and taken for the distribution's python3, whatever the host's is (python3-dev its headers)."""
     wrapper = tmp_path / "python-no-headers"
     empty = tmp_path / "empty-include"
     empty.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --include-dir {empty}\n')
+    dist = distribution_python(tmp_path, OWN)
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@" --include-dir {empty} '
+                       f'--distribution-python {dist}\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
