@@ -645,7 +645,7 @@ def test_rolling_update_loses_no_request(ca, figures, results):
         unit = sh(node, "cat /etc/systemd/system/vllm.service")
         assert "--max-num-seqs 4" in unit and "demo-gptoss-legacy-r2" in unit
         if NEW_VENV:  # the new venv serves; the last good release's stays for a rollback
-            assert f"{NEW_VENV}/bin/python" in unit, unit
+            assert f" -- {NEW_VENV}/bin/vllm serve " in unit, unit
             sh(node, f"test -x {VENV}/bin/python")
     renewed_certificates(certs, fleet_ca, figures)
     # The canary (fleet-node1) rolled first, with the gate benchmark: its run, the first, has
