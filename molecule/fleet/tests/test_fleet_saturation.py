@@ -41,7 +41,9 @@ from test_fleet import (
 )
 
 NODE = "fleet-node2"
-HOLD = float(os.environ.get("FLEET_SATURATION_SECONDS", "60"))  # once deeper than the timeout
+# The hold, once deeper than the timeout: at least one probe interval + probe timeout (45 s
+# here), the window in which a slow probe the watchdog did not excuse would turn its agent down.
+HOLD = float(os.environ.get("FLEET_SATURATION_SECONDS", "60"))
 RAMP_LIMIT = 300.0  # seconds to build the queue
 DRIVER = REPO / "molecule" / "shared" / "saturate.py"
 WRAPPER = REPO / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
@@ -90,8 +92,8 @@ def saturate(node: str, target: float, env_file: Path) -> dict:
         "--ca-file", str(PKI / "ca.crt"), "--cert-file", str(PKI / "controller.crt"),
         "--key-file", str(PKI / "controller.key"), "--seconds", str(HOLD),
         "--ramp-limit", str(RAMP_LIMIT), "--target", str(target),
-        "--max-tokens", str(max_tokens), "--clients", str(2 * seqs),
-        "--max-clients", str(32 * seqs), "--step", str(max(4, seqs)),
+        "--max-tokens", str(max_tokens), "--clients", str(8 * seqs),
+        "--max-clients", str(32 * seqs), "--step", str(2 * seqs),
     ]  # fmt: skip
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
