@@ -353,12 +353,18 @@ class GatewayWatch:
         return self.changes
 
     def out_of_rotation(self, node: str) -> tuple[float, float]:
-        """(left, back): when the gateway first showed the node other than UP, and when UP again
-        after that (the last change seen)."""
+        """(left, back): when the gateway first took the node out of rotation, and when it was in
+        again after that. In rotation is any UP state: "UP 1/2" (one failed check, going down)
+        still gets requests; DRAIN, MAINT and DOWN do not."""
         seen = self.changes[node]
-        left = next(t for t, status in seen if status != "UP")
-        back = next(t for t, status in seen if status == "UP" and t > left)
+        left = next(t for t, status in seen if not in_rotation(status))
+        back = next(t for t, status in seen if in_rotation(status) and t > left)
         return left, back
+
+
+def in_rotation(status: str) -> bool:
+    """A server status of HAProxy's show stat that still receives requests ("UP", "UP 1/2")."""
+    return status.startswith("UP")
 
 
 CONNECT_PY = (
