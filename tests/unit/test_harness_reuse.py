@@ -295,3 +295,31 @@ def test_only_an_ansible_module_gets_the_code_cache(monkeypatch: pytest.MonkeyPa
     assert sandbox_enter.with_code_cache(module) != module
     monkeypatch.setenv("INSTINCT_CODE_CACHE", "off")  # scripts/bench-connection's comparison
     assert sandbox_enter.with_code_cache(module) == module
+
+
+# molecule/shared/unit_argv.py: what the saturation tests read from a node's vllm.service.
+UNIT = (
+    "[Service]\nExecStart=/usr/bin/python3 /usr/local/libexec/instinct-vllm-watchdog "
+    "--poll-interval 3 --probe-interval 30 --probe-timeout 15 --status-port 8001 -- "
+    "/opt/vllm/venv-r2/bin/vllm serve /srv/models/m --max-model-len 512 --max-num-seqs 4\n"
+)
+
+
+def test_the_unit_gives_the_wrappers_settings_over_its_own_defaults() -> None:
+    unit_argv = shared("unit_argv")
+    options, vllm = unit_argv.split(unit_argv.exec_start(UNIT))
+    # given on the line
+    assert (options["probe-timeout"], options["probe-interval"], options["poll-interval"]) == \
+        (15.0, 30.0, 3.0)
+    # not given: the wrapper's own default (Config.stall_timeout)
+    assert options["stall-timeout"] == 30.0
+    assert vllm[:2] == ["/opt/vllm/venv-r2/bin/vllm", "serve"]
+    assert unit_argv.flag(vllm, "--max-num-seqs", 256) == 4
+    assert unit_argv.flag(vllm, "--port", 8000) == 8000
+
+
+def test_a_drop_in_gives_its_last_execstart() -> None:
+    unit_argv = shared("unit_argv")
+    drop_in = "[Service]\nExecStart=\n" + UNIT.split("\n")[1] + " --disable-log-stats\n"
+    _options, vllm = unit_argv.split(unit_argv.exec_start(drop_in))
+    assert vllm[-1] == "--disable-log-stats"

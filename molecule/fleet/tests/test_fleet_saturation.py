@@ -13,19 +13,16 @@ Runs after test_fleet_ejection.py (name order); starts by waiting for both nodes
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.machinery
-import importlib.util
-import itertools
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import unit_argv  # molecule/shared: the wrapper's settings from ExecStart=
 from fleet_load import Load, failed
 from test_fleet import (
     DIRECT,
@@ -47,47 +44,17 @@ NODE = "fleet-node2"
 HOLD = float(os.environ.get("FLEET_SATURATION_SECONDS", "60"))
 RAMP_LIMIT = 300.0  # seconds to build the queue
 DRIVER = REPO / "molecule" / "shared" / "saturate.py"
-WRAPPER = REPO / "roles" / "vllm_service" / "files" / "instinct-vllm-watchdog"
 
 
-def wrapper_defaults() -> dict[str, float]:
-    """The watchdog wrapper's own defaults (its Config), by option name (probe-timeout, ...)."""
-    loader = importlib.machinery.SourceFileLoader("instinct_vllm_watchdog", str(WRAPPER))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # dataclasses looks its module up
-    loader.exec_module(module)
-    return {f.name.replace("_", "-"): f.default for f in dataclasses.fields(module.Config)
-            if isinstance(f.default, float)}
+def unit_settings(node: str) -> tuple[dict[str, float], list[str]]:
+    """(the watchdog wrapper's settings, vLLM's argv) of the node's unit."""
+    return unit_argv.split(unit_argv.exec_start(sh(node, "cat /etc/systemd/system/vllm.service")))
 
 
-def watchdog_options(node: str) -> dict[str, float]:
-    """The wrapper's settings on the node: its defaults, then the unit's ExecStart options."""
-    options = wrapper_defaults()
-    line = next(x for x in sh(node, "cat /etc/systemd/system/vllm.service").splitlines()
-                if x.startswith("ExecStart="))
-    words = shlex.split(line.split("=", 1)[1])
-    own = words[:words.index("--")]
-    for word, value in itertools.pairwise(own):
-        if word.startswith("--") and word[2:] in options:
-            options[word[2:]] = float(value)
-    return options
-
-
-def flag(node: str, name: str, default: int) -> int:
-    """An integer vLLM flag of the node's unit (its ExecStart after the wrapper's "--")."""
-    line = next(x for x in sh(node, "cat /etc/systemd/system/vllm.service").splitlines()
-                if x.startswith("ExecStart="))
-    words = shlex.split(line.split("=", 1)[1])
-    vllm = words[words.index("--") + 1:]
-    return int(vllm[vllm.index(name) + 1]) if name in vllm else default
-
-
-def saturate(node: str, target: float, env_file: Path) -> dict:
+def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
     """saturate.py on the controller against the node's published port, over mTLS."""
-    seqs = flag(node, "--max-num-seqs", 256)
-    max_tokens = max(16, min(400, flag(node, "--max-model-len", 32768) - 64))
+    seqs = unit_argv.flag(vllm, "--max-num-seqs", 256)
+    max_tokens = max(16, min(400, unit_argv.flag(vllm, "--max-model-len", 32768) - 64))
     command = [
         sys.executable, str(DRIVER), "--url", DIRECT[node], "--env-file", str(env_file),
         "--ca-file", str(PKI / "ca.crt"), "--cert-file", str(PKI / "controller.crt"),
@@ -102,7 +69,7 @@ def saturate(node: str, target: float, env_file: Path) -> dict:
 
 def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
     assert all(wait_status(n, "UP", 300) == "UP" for n in DIRECT)
-    options = watchdog_options(NODE)
+    options, vllm = unit_settings(NODE)
     # the node's watchdog probes the engine, as the role's default does: the case to excuse
     assert options["probe-interval"] > 0, options
     target = 1.2 * options["probe-timeout"]
@@ -115,7 +82,7 @@ def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
     load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
     began = time.monotonic()
     try:
-        found = saturate(NODE, target, env_file)
+        found = saturate(NODE, vllm, target, env_file)
     finally:
         seconds = time.monotonic() - began
         outcomes = load.stop()

@@ -21,6 +21,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,9 @@ from typing import Any
 
 import pytest
 import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import unit_argv
 
 NODE = os.environ.get("SATURATION_NODE", "vllm-source-1")
 UNIT = "vllm.service"
@@ -38,8 +42,6 @@ DRIVER = "/tmp/instinct-saturate.py"
 RAMP_LIMIT = 150.0  # seconds to build the queue (about 60 on a loaded 2-core host)
 MARGIN = 10.0  # journal timestamps, the poller's timing on a loaded 2-core host
 READY_TIMEOUT = 900.0
-# The watchdog wrapper's defaults (roles/vllm_service/files/instinct-vllm-watchdog).
-WRAPPER_DEFAULTS = {"probe-interval": 0.0, "probe-timeout": 30.0, "poll-interval": 5.0}
 
 
 @pytest.fixture(scope="module")
@@ -69,22 +71,13 @@ def exec_start(host: Any) -> str:
 
 
 def argv(host: Any) -> tuple[dict[str, float], list[str]]:
-    """(watchdog options, vLLM argv): the drop-in's ExecStart, else the unit file's."""
+    """(watchdog settings, vLLM argv): the drop-in's ExecStart, else the unit file's."""
     drop_in = host.file(DROP_IN)
-    lines = drop_in.content_string.splitlines() if drop_in.exists else [exec_start(host)]
-    line = [ln for ln in lines if ln.startswith("ExecStart=") and ln != "ExecStart="][-1]
-    words = shlex.split(line.split("=", 1)[1])
-    cut = words.index("--")
-    options = dict(WRAPPER_DEFAULTS)
-    own = words[:cut]
-    for i, word in enumerate(own):
-        if word.lstrip("-") in options:
-            options[word.lstrip("-")] = float(own[i + 1])
-    return options, words[cut + 1 :]
+    return unit_argv.split(unit_argv.exec_start(drop_in.content_string) if drop_in.exists
+                           else exec_start(host))
 
 
-def flag(vllm: list[str], name: str, default: int) -> int:
-    return int(vllm[vllm.index(name) + 1]) if name in vllm else default
+flag = unit_argv.flag
 
 
 def watchdog_sec(host: Any) -> float:
