@@ -3,7 +3,7 @@
 Role vllm_service renders `ExecStart=<python> <wrapper> <wrapper options> -- <vLLM argv>`. The
 wrapper's settings are its own defaults (the Config dataclass of
 roles/vllm_service/files/instinct-vllm-watchdog) with the options the line gives; used by the
-saturation tests of the vllm-source and fleet scenarios.
+saturation tests of the vllm-source and fleet scenarios and the serving scenario's load test.
 """
 
 from __future__ import annotations
