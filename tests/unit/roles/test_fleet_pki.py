@@ -30,7 +30,7 @@ NODES = {
 CLIENTS = {"pki-gw": "gateway", "pki-mon": "prometheus", "controller": "controller"}
 PLAYBOOK = """
 - hosts: all
-  gather_facts: false
+  gather_facts: false@SERIAL@
   tasks:
     - test_facts: {facts: "{{ test_network_facts }}"}
       when: test_network_facts is defined
@@ -62,9 +62,10 @@ def inventory(node1_address: str = "10.88.1.11") -> dict[str, Any]:
 
 
 def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, entry: str = "main",
-         **variables: Any) -> dict:
-    """Run the role (its entry point ``entry``) over the fleet with fleet_pki_dir ``pki``: the
-    changed count per host and each host's fleet_pki_resolved."""
+         serial: int = 0, **variables: Any) -> dict:
+    """Run the role (its entry point ``entry``) over the fleet with fleet_pki_dir ``pki``, in
+    batches of ``serial`` hosts (0: all at once): the changed count per host, each host's
+    fleet_pki_resolved and the run's output."""
     out = work / "out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -72,14 +73,15 @@ def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, entry: str = 
     (work / "library" / "test_facts.py").write_text(FACTS_MODULE)
     (work / "hosts.yml").write_text(yaml.safe_dump(inv or inventory()))
     tasks_from = "" if entry == "main" else f", tasks_from: {entry}"
-    text = PLAYBOOK.replace("@OUT@", str(out)).replace("@ENTRY@", tasks_from)
+    text = PLAYBOOK.replace("@OUT@", str(out)).replace("@ENTRY@", tasks_from).replace(
+        "@SERIAL@", f"\n  serial: {serial}" if serial else "")
     (work / "play.yml").write_text(text)
     run = run_local_playbook(work / "play.yml",
                              {"instinct_vllm_tls": True, "fleet_pki_dir": str(pki), **variables},
                              inventory=str(work / "hosts.yml"), timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     recap = {m[1]: int(m[2]) for m in RECAP.finditer(run.stdout)}
-    return {"changed": recap,
+    return {"changed": recap, "stdout": run.stdout,
             "facts": {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}}
 
 
@@ -172,14 +174,21 @@ def test_a_second_run_changes_nothing(fleet: tuple[Path, dict], tmp_path: Path) 
 
 
 def test_a_certificate_near_its_end_is_renewed(fleet: tuple[Path, dict], tmp_path: Path) -> None:
+    """In batches of one host (a rollout's serial 1): each host's certificate renewed in its
+    batch; the CA and the controller's certificate looked at once in the run, not per batch."""
     pki = copy_of(fleet[0], tmp_path)
     before = serials(pki)
     # 365 days remain of each host's certificate: fewer than 366
-    play(tmp_path, pki, fleet_pki_cert_days=400, fleet_pki_renew_days=366)
+    result = play(tmp_path, pki, serial=1, fleet_pki_cert_days=400, fleet_pki_renew_days=366)
     after = serials(pki)
     assert after["ca"] == before["ca"]
     assert all(after[name] != before[name] for name in before if name != "ca"), (before, after)
     assert verifies(pki / "ca.crt", pki / "pki-node1.crt", "sslserver")
+    assert verifies(pki / "ca.crt", pki / "controller.crt", "sslclient")
+    out = result["stdout"]
+    assert out.count("PLAY [all]") == len(NODES) + 2  # four batches
+    assert ran(out, "Make the CA's key") == 1, out[-3000:]  # skipped in batches 2-4
+    assert ran(out, "Sign the certificate of controller") == 1, out[-3000:]
 
 
 def test_a_changed_name_reissues_that_certificate(fleet: tuple[Path, dict], tmp_path: Path) -> None:
@@ -193,6 +202,12 @@ def test_a_changed_name_reissues_that_certificate(fleet: tuple[Path, dict], tmp_
     assert {k: v for k, v in after.items() if k != "pki-node1"} == {
         k: v for k, v in before.items() if k != "pki-node1"}
     assert result["changed"]["pki-node2"] == 0
+
+
+def ran(out: str, task: str) -> int:
+    """How many times the role's task ran (ok or changed; a skipped one prints its header)."""
+    header = re.escape(f"TASK [instinct.vllm.fleet_pki : {task}]")
+    return len(re.findall(header + r" \**\n(?:ok|changed): ", out))
 
 
 def site_ca(tmp_path: Path) -> tuple[str, str]:
