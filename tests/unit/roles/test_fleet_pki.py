@@ -61,6 +61,12 @@ def inventory(node1_address: str = "10.88.1.11") -> dict[str, Any]:
     }}}  # fmt: skip
 
 
+def playbook_text(out: Path, tasks_from: str = "", serial: int = 0) -> str:
+    """PLAYBOOK writing its facts to ``out``, the role's entry point, batches of ``serial``."""
+    return PLAYBOOK.replace("@OUT@", str(out)).replace("@ENTRY@", tasks_from).replace(
+        "@SERIAL@", f"\n  serial: {serial}" if serial else "")
+
+
 def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, entry: str = "main",
          serial: int = 0, **variables: Any) -> dict:
     """Run the role (its entry point ``entry``) over the fleet with fleet_pki_dir ``pki``, in
@@ -73,9 +79,7 @@ def play(work: Path, pki: Path, inv: dict[str, Any] | None = None, entry: str = 
     (work / "library" / "test_facts.py").write_text(FACTS_MODULE)
     (work / "hosts.yml").write_text(yaml.safe_dump(inv or inventory()))
     tasks_from = "" if entry == "main" else f", tasks_from: {entry}"
-    text = PLAYBOOK.replace("@OUT@", str(out)).replace("@ENTRY@", tasks_from).replace(
-        "@SERIAL@", f"\n  serial: {serial}" if serial else "")
-    (work / "play.yml").write_text(text)
+    (work / "play.yml").write_text(playbook_text(out, tasks_from, serial))
     run = run_local_playbook(work / "play.yml",
                              {"instinct_vllm_tls": True, "fleet_pki_dir": str(pki), **variables},
                              inventory=str(work / "hosts.yml"), timeout=300)  # fmt: skip
@@ -265,7 +269,7 @@ BAD = {
 
 def test_bad_inputs_fail_before_any_file(tmp_path: Path) -> None:
     play_file = tmp_path / "play.yml"
-    play_file.write_text(PLAYBOOK.replace("@OUT@", str(tmp_path)).replace("@ENTRY@", "").replace(
+    play_file.write_text(playbook_text(tmp_path).replace(
         "    - test_facts: {facts: \"{{ test_network_facts }}\"}\n"
         "      when: test_network_facts is defined\n", ""))
     cases = {name: {**over, "instinct_vllm_tls": True, "fleet_pki_dir": str(tmp_path / f"pki{n}")}
