@@ -53,10 +53,7 @@ def unit_settings(node: str) -> tuple[dict[str, float], list[str]]:
 
 
 def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
-    """saturate.py on the controller against the node's published port, over mTLS. Clients:
-    16 x max-num-seqs, then 4 x max-num-seqs more at a time, at most 32 x (here 64, 80, 96, ...:
-    the queue was deeper than the target at 76-88 clients in every run on 2 cores, so the ramp
-    takes one or two steps)."""
+    """saturate.py on the controller against the node's published port, over mTLS."""
     seqs = unit_argv.flag(vllm, "--max-num-seqs", 256)
     max_tokens = max(16, min(400, unit_argv.flag(vllm, "--max-model-len", 32768) - 64))
     command = [
@@ -64,8 +61,8 @@ def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
         "--ca-file", str(PKI / "ca.crt"), "--cert-file", str(PKI / "controller.crt"),
         "--key-file", str(PKI / "controller.key"), "--seconds", str(HOLD),
         "--ramp-limit", str(RAMP_LIMIT), "--target", str(target),
-        "--max-tokens", str(max_tokens), "--clients", str(16 * seqs),
-        "--max-clients", str(32 * seqs), "--step", str(4 * seqs),
+        "--max-tokens", str(max_tokens), "--clients", str(8 * seqs),
+        "--max-clients", str(32 * seqs), "--step", str(2 * seqs),
     ]  # fmt: skip
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])

@@ -103,15 +103,13 @@ def saturate(host: Any) -> dict[str, Any]:
     hold = options["probe-interval"] + options["probe-timeout"] + watchdog_sec(host) + MARGIN
     max_tokens = max(16, min(200, flag(vllm, "--max-model-len", 32768) - 32))
     target = 1.2 * options["probe-timeout"]
-    # clients: 3x the batch, then half a batch more at a time, up to 6x (the queue is deeper
-    # than the target at 4-6x on 2 cores: two to four steps)
-    seqs = flag(vllm, "--max-num-seqs", 256)
+    seqs = flag(vllm, "--max-num-seqs", 256)  # clients: 2x the batch, grown up to 6x
     command = [
         "/usr/bin/python3", DRIVER, "--url", f"http://127.0.0.1:{flag(vllm, '--port', 8000)}",
         "--env-file", ENV_FILE, "--seconds", str(hold), "--ramp-limit", str(RAMP_LIMIT),
         "--target", str(target),
-        "--max-tokens", str(max_tokens), "--clients", str(3 * seqs),
-        "--max-clients", str(6 * seqs), "--step", str(max(8, seqs // 2)),
+        "--max-tokens", str(max_tokens), "--clients", str(2 * seqs),
+        "--max-clients", str(6 * seqs), "--step", str(max(8, seqs // 4)),
     ]  # fmt: skip
     result = json.loads(host.check_output(shlex.join(command)).splitlines()[-1])
     result["target"] = target
