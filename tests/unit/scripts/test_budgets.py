@@ -46,3 +46,10 @@ def test_docs_table_matches_the_budgets():
     table = text.split("<!-- budgets:", 1)[1].split("\n\n", 1)[0]
     rows = [line.strip("| ").split(" | ") for line in table.splitlines()[3:]]
     assert {row[0]: int(row[1].removesuffix(" s")) for row in rows} == budgets()
+
+
+def test_the_budgets_fill_two_lanes_of_the_target():
+    """With the static checks' time they add up to no more than two lanes of the suite's warm
+    target (docs/development.md, "The whole suite")."""
+    static, target, lanes = 830, 2400, 2
+    assert static + sum(budgets().values()) <= lanes * target, budgets()
