@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-import unit_argv  # molecule/shared: the wrapper's settings from ExecStart=
+import unit_argv  # molecule/shared (on the path: molecule/conftest.py)
 from fleet_load import Load, failed
 from test_fleet import (
     DIRECT,

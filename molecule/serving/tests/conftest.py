@@ -15,7 +15,6 @@ import pytest
 import testinfra
 
 NODE = "serving-node"
-UNIT = "vllm.service"
 # Bounds for a loaded shared 2-core machine, not performance claims. Expected: the alert
 # fires ~20 s after SIGSTOP (scrape 3 s, `for` 9 s); the watchdog acts within ~36 s (two polls,
 # WatchdogSec 20 s, RestartSec 2 s).
@@ -43,10 +42,6 @@ class SigstopCycle:
     restarted_alert: list[dict] = field(default_factory=list)
 
 
-def _prop(host, name: str) -> str:
-    return host.check_output(f"systemctl show -P {name} {UNIT}").strip()
-
-
 def _until(check, timeout: float, step: float):
     """check()'s first truthy value within timeout seconds, else None."""
     start = time.monotonic()
@@ -60,6 +55,8 @@ def _until(check, timeout: float, step: float):
 
 def _stopped(host, cycle: SigstopCycle, firing) -> None:
     """Poll both sides while the engine is stopped: the alert and the unit's restart."""
+    from test_serving import prop
+
     stopped = time.monotonic()
     while time.monotonic() - stopped < RESTART_WITHIN:
         elapsed = time.monotonic() - stopped
@@ -67,7 +64,7 @@ def _stopped(host, cycle: SigstopCycle, firing) -> None:
             alerts = firing(host, "VllmEngineDown")
             if alerts:
                 cycle.alerts, cycle.fired_after = alerts, elapsed
-        if cycle.restarted_after is None and int(_prop(host, "NRestarts")) != cycle.restarts:
+        if cycle.restarted_after is None and int(prop(host, "NRestarts")) != cycle.restarts:
             cycle.restarted_after = elapsed
         if cycle.restarted_after is not None and (cycle.fired_after is not None
                                                   or elapsed >= ALERT_WITHIN):
@@ -77,7 +74,7 @@ def _stopped(host, cycle: SigstopCycle, firing) -> None:
 
 def _back(host, cycle: SigstopCycle, firing) -> None:
     """After the restart: serving again, active, the alert resolved, the restart alerted."""
-    from test_serving import wait_serving
+    from test_serving import UNIT, prop, wait_serving
 
     cycle.journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT} -n 200")
     try:
@@ -86,8 +83,8 @@ def _back(host, cycle: SigstopCycle, firing) -> None:
         return
     # The API answers a poll or two before the wrapper sends READY=1 (its own poll interval):
     # until then systemd says "activating".
-    cycle.active = bool(_until(lambda: _prop(host, "ActiveState") == "active", 120, 2))
-    cycle.main_pid_after = _prop(host, "MainPID")
+    cycle.active = bool(_until(lambda: prop(host, "ActiveState") == "active", 120, 2))
+    cycle.main_pid_after = prop(host, "MainPID")
     cycle.resolved = bool(_until(lambda: not firing(host, "VllmEngineDown"), 600, 3))
     cycle.restarted_alert = _until(lambda: firing(host, "VllmServiceRestarted"), 120, 3) or []
 
@@ -97,15 +94,16 @@ def sigstop_cycle() -> SigstopCycle:
     """SIGSTOP the engine (the wrapper's oldest child) and record what follows until the node
     serves again. The engine gets SIGCONT at the end if it is still there (a failed restart)."""
     from test_monitoring import firing, query, wait_for
+    from test_serving import prop
 
     host = testinfra.get_host(f"sandbox://{NODE}")
     wait_for("vllm target up", lambda: [s for s in query(host, 'up{job="vllm"}')
                                         if s["value"][1] == "1"], 60)
-    main_pid = _prop(host, "MainPID")
+    main_pid = prop(host, "MainPID")
     engine = host.check_output(f"pgrep -P {main_pid} -o").strip()
     assert engine, "no engine child under the wrapper"
     cycle = SigstopCycle(engine=engine, main_pid=main_pid,
-                         restarts=int(_prop(host, "NRestarts")),
+                         restarts=int(prop(host, "NRestarts")),
                          firing_before=firing(host, "VllmEngineDown"))
     host.check_output(f"kill -STOP {engine}")
     try:

@@ -167,8 +167,7 @@ def load_seconds(host) -> float:
     wrongly saw in the load would restart the unit within one window and a poll."""
     if "SERVING_LOAD_SECONDS" in os.environ:
         return float(os.environ["SERVING_LOAD_SECONDS"])
-    sys.path.insert(0, str(SCENARIO.parent / "shared"))
-    import unit_argv
+    import unit_argv  # molecule/shared (on the path: molecule/conftest.py)
 
     settings, _vllm = unit_argv.split(unit_argv.exec_start(host.file(UNIT_FILE).content_string))
     return max(60.0, 2 * settings["stall-timeout"])

@@ -21,7 +21,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,9 +28,7 @@ from typing import Any
 
 import pytest
 import testinfra
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-import unit_argv
+import unit_argv  # molecule/shared (on the path: molecule/conftest.py)
 
 NODE = os.environ.get("SATURATION_NODE", "vllm-source-1")
 UNIT = "vllm.service"
