@@ -31,6 +31,7 @@ class SigstopCycle:
     main_pid: str
     restarts: int
     firing_before: list[dict]
+    stopped_at: int = 0  # the node's clock (epoch seconds) just before the SIGSTOP
     alerts: list[dict] = field(default_factory=list)
     fired_after: float | None = None
     restarted_after: float | None = None
@@ -76,7 +77,10 @@ def _back(host, cycle: SigstopCycle, firing) -> None:
     """After the restart: serving again, active, the alert resolved, the restart alerted."""
     from test_serving import UNIT, prop, wait_serving
 
-    cycle.journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT} -n 200")
+    # Everything the unit logged since the SIGSTOP (the restarted engine's own lines included:
+    # a fixed line count would lose the watchdog's when the alert's wait outlasts the restart).
+    cycle.journal = host.check_output(
+        f"journalctl --no-pager -o cat -u {UNIT} --since @{cycle.stopped_at}")
     try:
         cycle.serving_after = wait_serving(SERVING_WITHIN)
     except AssertionError:
@@ -105,6 +109,7 @@ def sigstop_cycle() -> SigstopCycle:
     cycle = SigstopCycle(engine=engine, main_pid=main_pid,
                          restarts=int(prop(host, "NRestarts")),
                          firing_before=firing(host, "VllmEngineDown"))
+    cycle.stopped_at = int(host.check_output("date +%s"))
     host.check_output(f"kill -STOP {engine}")
     try:
         _stopped(host, cycle, firing)
