@@ -3,9 +3,11 @@
 Keeps a queue of completions deeper than the watchdog's probe timeout and measures it with its
 own 1-token "marker" requests (what the watchdog's probe sends), growing the number of clients
 until a marker waits longer than --target seconds, then holding that load for --seconds (the
-ramp is bounded by --ramp-limit). Prints one JSON line: requests, failures, the marker
-latencies, the ramp's and the hold's seconds. The API key is read from a 0600 environment file
-(VLLM_API_KEY=..., as the unit's; never argv).
+ramp is bounded by --ramp-limit). Once deep, every request waits for its answer until the
+hold's end at most: the queue is not drained afterwards (the server aborts a request whose
+client went away), and a request cut there is counted as cut, not failed. Prints one JSON line:
+requests, failures, cut, the marker latencies, the ramp's and the hold's seconds. The API key
+is read from a 0600 environment file (VLLM_API_KEY=..., as the unit's; never argv).
 
 The vllm-source scenario copies it into its node (test_watchdog_saturation.py, plain HTTP on
 127.0.0.1); the fleet scenario runs it on the controller against a node's published mTLS port
@@ -59,6 +61,7 @@ class Load:
         self.model = model
         self.lock = threading.Lock()
         self.requests = 0
+        self.cut = 0  # waiting at the hold's end: the client went away, not a failure
         self.failures: list[str] = []
         self.markers: list[float] = []
         self.began = time.monotonic()
@@ -67,12 +70,28 @@ class Load:
         self.threads: list[threading.Thread] = []
         self.opener = opener(args)
 
+    def timeout(self) -> float:
+        """Seconds a request may wait: just past the hold's end once deep, else the limit."""
+        with self.lock:
+            if self.deep_at is None:
+                return self.args.request_timeout
+            left = self.deadline - time.monotonic()
+        return max(1.0, min(self.args.request_timeout, left + 0.5))
+
     def call(self, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
         data = json.dumps(payload).encode() if payload is not None else None
         request = urllib.request.Request(self.args.url + path, data=data, headers=headers)
-        with self.opener.open(request, timeout=self.args.request_timeout) as response:
+        with self.opener.open(request, timeout=self.timeout()) as response:
             return json.loads(response.read())
+
+    def was_cut(self, exc: BaseException) -> bool:
+        """A timeout at or after the hold's end: the driver stopped waiting, the server did not
+        fail."""
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        with self.lock:
+            ended = self.deep_at is not None and time.monotonic() >= self.deadline
+        return ended and isinstance(reason, TimeoutError)
 
     def complete(self, max_tokens: int) -> None:
         payload = {
@@ -87,6 +106,10 @@ class Load:
             ok = bool(body.get("choices"))
             error = "" if ok else f"no choices: {str(body)[:200]}"
         except (OSError, ValueError, urllib.error.URLError) as exc:
+            if self.was_cut(exc):
+                with self.lock:
+                    self.cut += 1
+                return
             error = f"{type(exc).__name__}: {exc}"
         with self.lock:
             self.requests += 1
@@ -141,6 +164,7 @@ class Load:
         return {
             "requests": self.requests,
             "failures": len(self.failures),
+            "cut": self.cut,
             "failure_examples": self.failures[:5],
             "clients": len(self.threads) - 1,
             "markers": self.markers,

@@ -94,13 +94,15 @@ def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
         f"saturation: {NODE}'s queue deeper than its probe timeout ({options['probe-timeout']:.0f} "
         f"s; a 1-token request waited up to {found['max_marker']} s) with {found['clients']} "
         f"clients, held {found['hold_seconds']} s after a {found['ramp_seconds']} s ramp; "
-        f"{found['requests']} direct requests, {found['failures']} failed; through the gateway "
+        f"{found['requests']} direct requests answered, {found['failures']} failed, "
+        f"{found['cut']} cut at the hold's end; through the gateway "
         f"{len(outcomes)} requests, {len(bad)} failed; gateway states of {NODE}: {states}")
     results["saturation"] = {
         "node": NODE, "probe_timeout_s": options["probe-timeout"],
         "max_marker_s": found["max_marker"], "clients": found["clients"],
         "ramp_s": found["ramp_seconds"], "hold_s": found["hold_seconds"],
         "direct_requests": found["requests"], "direct_failed": found["failures"],
+        "direct_cut": found["cut"],
         "requests": len(outcomes), "failed": len(bad), "states": states,
         "seconds": round(seconds, 1),
     }

@@ -44,6 +44,7 @@ FIGURES = {
                  "failed_after_down": 0, "up_after_sigcont_s": 2.1},
     "saturation": {"node": "n2", "probe_timeout_s": 15.0, "max_marker_s": 21.4, "clients": 40,
                    "ramp_s": 88.1, "hold_s": 600.2, "direct_requests": 3100, "direct_failed": 0,
+                   "direct_cut": 90,
                    "requests": 2500, "failed": 0, "states": ["UP"], "seconds": 750.3},
     "finished_utc": "2026-12-01 12:50",
     "loadavg_at_end": [3.0, 2.5, 2.0],
@@ -66,8 +67,9 @@ def test_the_section_carries_the_measured_figures():
             "requests, 0 after DOWN; SIGCONT -> UP in 2.1 s.") in text
     assert ("n2's queue deeper than its probe timeout (15.0 s; a 1-token request waited up to "
             "21.4 s) with 40 clients, held 600.2 s after a 88.1 s ramp: gateway states UP (no "
-            "ejection); 0 failed of 3100 direct requests, 0 failed of 2500 client requests "
-            "through the gateway.") in text
+            "ejection); 0 failed of 3100 direct requests answered (90 more were cut at the "
+            "hold's end, not waited for), 0 failed of 2500 client requests through the "
+            "gateway.") in text
     assert "| a flag and a model revision on every node (node 1 the canary) |" in text
 
 
