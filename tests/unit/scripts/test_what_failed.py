@@ -1,0 +1,56 @@
+"""scripts/test ends a failed run with the lines of each failed stage's log that name what failed
+(pytest's FAILED and ERROR lines, Ansible's fatal ones and the two lines after each, Molecule's
+CRITICAL ones): the end of the output is often all a CI page shows."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+FLEET_LOG = """\
+TASK [instinct.vllm.rollout : Drain the node] ****
+ok: [fleet-node1]
+fatal: [fleet-node2]: FAILED! => changed=false
+  msg: the gateway did not drain fleet-node2 within 30 s
+  rc: 1
+PLAY RECAP ****
+tests/test_fleet.py::test_both_nodes_in_rotation PASSED
+FAILED tests/test_fleet.py::test_rolling_update_loses_no_request - assert 3 == 0
+CRITICAL Ansible return code was 2, command was: ansible-playbook
+"""
+
+
+def what_failed(tmp_path: Path, *stages: str) -> str:
+    text = (ROOT / "scripts" / "test").read_text()
+    match = re.search(r"^what_failed\(\) \{.*?^\}\n", text, re.S | re.M)
+    assert match, "what_failed() not found in scripts/test"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "molecule-fleet.log").write_text(FLEET_LOG)
+    (logs / "static.log").write_text("ruff ok\nERROR tests/unit/test_x.py - ImportError\n")
+    script = f"ROOT={tmp_path}; LOGS={logs}\n{match.group(0)}what_failed \"$@\"\n"
+    return subprocess.run(["bash", "-c", script, "what_failed", *stages], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def test_a_failed_scenario_names_its_failed_task_and_test(tmp_path: Path) -> None:
+    out = what_failed(tmp_path, "molecule:fleet")
+    assert out.splitlines() == [
+        "molecule:fleet (logs/molecule-fleet.log):",
+        "  fatal: [fleet-node2]: FAILED! => changed=false",
+        "    msg: the gateway did not drain fleet-node2 within 30 s",
+        "    rc: 1",
+        "  FAILED tests/test_fleet.py::test_rolling_update_loses_no_request - assert 3 == 0",
+        "  CRITICAL Ansible return code was 2, command was: ansible-playbook",
+    ]
+
+
+def test_static_stages_share_one_log_printed_once(tmp_path: Path) -> None:
+    out = what_failed(tmp_path, "ruff", "pytest-unit", "molecule:missing")
+    assert out.splitlines() == [
+        "ruff (logs/static.log):",
+        "  ERROR tests/unit/test_x.py - ImportError",
+    ]
