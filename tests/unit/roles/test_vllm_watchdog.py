@@ -222,7 +222,9 @@ def test_peer_allowed() -> None:
 
 
 def cfg(**kw: float) -> object:
-    base = {"poll_interval": 1.0, "health_timeout": 2.0, "stall_timeout": 10.0}
+    """Settings for the decision tests; no warm-up unless given (test_warm_up_* give it)."""
+    base = {"poll_interval": 1.0, "health_timeout": 2.0, "stall_timeout": 10.0,
+            "warmup_timeout": 0.0}
     base.update(kw)
     return wd.Config(base_url="http://127.0.0.1:8000", served_model_name="m", **base)
 
@@ -269,6 +271,41 @@ def test_ready_needs_health_and_model() -> None:
     m.observe_health(5.0, True, "HTTP 200")
     assert m.ready
     assert m.verdict(5.0).alive
+
+
+def test_warm_up_answered_before_ready() -> None:
+    """With a warm-up: /health 200 and the model listed are not enough; READY once the warm-up
+    completion answered."""
+    m = wd.Monitor(cfg(warmup_timeout=60.0), 0.0)
+    assert not m.warmup_due()
+    m.observe_health(1.0, True, "HTTP 200")
+    assert not m.warmup_due()  # the model is not listed yet
+    m.observe_models(1.0, ["m"], "listed: m")
+    assert m.warmup_due() and not m.ready
+    assert m.verdict(1.0) == wd.Verdict("loading", False)
+    assert m.status(1.0) == "loading: /health 200, 'm' listed, warming up"
+    m.observe_warmup(20.0, None, "timed out in 60.0s")  # retried: still loading
+    assert m.warmup_due() and not m.ready
+    assert m.status(20.0) == (
+        "loading: /health 200, 'm' listed, warming up (last: timed out in 60.0s)")
+    m.observe_warmup(21.0, 500, "HTTP 500 in 0.1s")  # a 5xx: the engine is not well
+    assert m.warmup_due() and not m.ready
+    m.observe_warmup(40.0, 200, "HTTP 200 in 18.2s")
+    assert not m.ready and not m.warmup_due()  # READY with the next /health answer
+    m.observe_health(40.1, True, "HTTP 200")
+    assert m.ready and m.verdict(40.1).alive
+    ready = [o for o in m.tick(40.1) if isinstance(o, wd.Log)]
+    assert ready[0].message == "ready: /health 200 and 'm' listed, warm-up HTTP 200 in 18.2s"
+
+
+def test_warm_up_refused_is_skipped() -> None:
+    """A server that refuses the warm-up request (4xx): ready without it."""
+    m = wd.Monitor(cfg(warmup_timeout=60.0), 0.0)
+    m.observe_health(1.0, True, "HTTP 200")
+    m.observe_models(1.0, ["m"], "listed: m")
+    m.observe_warmup(2.0, 400, "HTTP 400 in 0.0s (refused: ready without warm-up)")
+    m.observe_health(2.1, True, "HTTP 200")
+    assert m.ready
 
 
 def test_ready_is_latched() -> None:

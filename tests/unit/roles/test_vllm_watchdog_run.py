@@ -454,6 +454,30 @@ def test_ready_then_watchdog_follows_progress(
     assert "pgid-is-own True" in lines  # vLLM runs in its own process group
 
 
+def test_ready_waits_for_the_warm_up_completion(
+    fake: tuple[FakeVllm, str],
+    notify: tuple[Notifications, str],
+    tmp_path: Path,
+    started: list[Wrapper],
+) -> None:
+    """READY only once a first completion with logprobs and prompt logprobs answered: what an
+    engine compiles on first use (vLLM V1's sampler) happens before the node takes traffic."""
+    state, url = fake
+    notes, address = notify
+    state.set(health=200, models=[MODEL], probe_mode="hang")  # the warm-up waits for release
+    w = Wrapper(tmp_path, url, address)
+    started.append(w)
+    notes.wait_for(lambda f: f == f"STATUS=loading: /health 200, '{MODEL}' listed, warming up", 5)
+    time.sleep(0.5)  # ten polls: the warm-up still in flight
+    assert "READY=1" not in notes.fields()
+    released_at = time.monotonic()
+    state.release.set()
+    assert notes.wait_for(lambda f: f == "READY=1", 6) >= released_at
+    with state.lock:
+        warm_up = state.probe_bodies[0]
+    assert (warm_up["max_tokens"], warm_up["logprobs"], warm_up["prompt_logprobs"]) == (1, 1, 1)
+
+
 def test_ready_and_pings_over_tls_with_the_node_certificate(
     tls_fake: tuple[FakeVllm, str, list[str]],
     notify: tuple[Notifications, str],

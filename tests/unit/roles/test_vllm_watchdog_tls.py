@@ -276,11 +276,13 @@ def test_plain_http_to_a_tls_vllm_fails(pki: Pki) -> None:
 
 
 def test_every_call_of_the_poller_uses_tls(pki: Pki) -> None:
-    """/health, /v1/models (loading), /metrics (serving) and the probe."""
+    """/health, /v1/models and the warm-up (loading), /metrics (serving) and the probe."""
     with tls_server(pki.ca, pki.node) as (port, seen):
         cfg, _child = wd.parse_cli(["--probe-interval", "30", "--", *vllm_argv(pki, port)], {})
         monitor = wd.Monitor(cfg, 0.0)
         poller = wd.Poller(monitor, threading.Lock(), "sk-key", lambda *a: None)
+        assert poller._poll_once() == 0.0  # warmed up: /health again at once
+        assert monitor.warmed, monitor.warmup_detail
         poller._poll_once()
         assert monitor.ready, (monitor.health_detail, monitor.models_detail)
         poller._poll_once()
@@ -288,6 +290,9 @@ def test_every_call_of_the_poller_uses_tls(pki: Pki) -> None:
     assert monitor.sample is not None and monitor.sample.running == 0.0
     assert monitor.probe_ok, monitor.probe_detail
     assert seen.requests == [
+        ("GET", "/health", "node"),
+        ("GET", "/v1/models", "node"),
+        ("POST", "/v1/completions", "node"),
         ("GET", "/health", "node"),
         ("GET", "/v1/models", "node"),
         ("GET", "/health", "node"),
