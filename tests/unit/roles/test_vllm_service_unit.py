@@ -253,6 +253,17 @@ def test_the_status_port_and_its_allowed_sources_reach_the_wrapper(rendered) -> 
     assert json.loads((out / "resolved.json").read_text())["status_port"] == 8001
 
 
+def test_compiled_kernels_are_cached_where_the_unit_may_write_across_restarts(rendered) -> None:
+    """torch.compile's kernels (vLLM V1's sampler) go to the cache directory, not the private
+    /tmp a restart empties: a restart's warm-up finds them."""
+    unit, _out = ok(rendered, "defaults")
+    env = dict(e.split("=", 1) for e in directive(unit, "Environment"))
+    cache = env["TORCHINDUCTOR_CACHE_DIR"]
+    assert cache == "/var/cache/vllm/torchinductor"
+    writable = directive(unit, "ReadWritePaths")[0].split()
+    assert any(cache.startswith(path.rstrip("/") + "/") for path in writable), writable
+
+
 def test_the_sandbox_lets_the_wrapper_listen(rendered) -> None:
     """The status port is a TCP listener of the wrapper (user vllm, a port above 1023): the
     unit must keep IPv4/IPv6 sockets and must not deny addresses, binds or the network."""
