@@ -54,3 +54,20 @@ def test_static_stages_share_one_log_printed_once(tmp_path: Path) -> None:
         "ruff (logs/static.log):",
         "  ERROR tests/unit/test_x.py - ImportError",
     ]
+
+
+def test_the_summary_of_a_failed_run_says_what_failed(tmp_path: Path) -> None:
+    text = (ROOT / "scripts" / "test").read_text()
+    functions = "".join(
+        re.search(rf"^{name}\(\) \{{.*?^\}}\n", text, re.S | re.M).group(0)  # type: ignore[union-attr]
+        for name in ("what_failed", "summary"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "molecule-fleet.log").write_text(FLEET_LOG)
+    script = (f"ROOT={tmp_path}; LOGS={logs}; suite_start=$(date +%s); PASSED=1\n"
+              "SUMMARY=('molecule:fleet  FAILED'); FAILED=(molecule:fleet)\n"
+              f"{functions}summary\n")
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True,
+                         text=True).stdout
+    assert "  FAILED tests/test_fleet.py::test_rolling_update_loses_no_request" in out
+    assert out.index("molecule:fleet (logs/molecule-fleet.log):") < out.index("failed stage(s)")
