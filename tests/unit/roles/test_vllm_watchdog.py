@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -296,6 +297,26 @@ def test_warm_up_answered_before_ready() -> None:
     assert m.ready and m.verdict(40.1).alive
     ready = [o for o in m.tick(40.1) if isinstance(o, wd.Log)]
     assert ready[0].message == "ready: /health 200 and 'm' listed, warm-up HTTP 200 in 18.2s"
+
+
+def test_a_failed_warm_up_waits_a_poll_interval_before_the_next(monkeypatch) -> None:
+    """A 5xx warm-up is retried at the poll interval, not at once; an answered one asks /health
+    again at once (READY follows a fresh answer)."""
+    answers = {"/health": (200, b"", "HTTP 200"),
+               "/v1/models": (200, b'{"data": [{"id": "m"}]}', "HTTP 200"),
+               "/v1/completions": (500, b"", "HTTP 500")}
+
+    def fake_call(url: str, *_args: object, **_kw: object) -> tuple[int, bytes, str]:
+        return answers[url.removeprefix("http://127.0.0.1:8000")]
+
+    monkeypatch.setattr(wd, "http_call", fake_call)
+    m = wd.Monitor(cfg(warmup_timeout=60.0, poll_interval=5.0), 0.0)
+    poller = wd.Poller(m, threading.Lock(), "sk", lambda *a: None)
+    assert poller._poll_once() > 4.0 and not m.warmed
+    answers["/v1/completions"] = (200, b'{"choices": []}', "HTTP 200")
+    assert poller._poll_once() == 0.0 and m.warmed
+    poller._poll_once()
+    assert m.ready
 
 
 def test_warm_up_refused_is_skipped() -> None:
