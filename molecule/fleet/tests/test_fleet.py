@@ -66,7 +66,8 @@ R2 = "/srv/models/demo-gptoss-legacy-r2"  # run 1's revision (change-good.yml)
 VENV = "/opt/vllm/venv"  # converge's (role vllm's default)
 NEW_VENV = "/opt/vllm/venv-r2" if os.environ.get("FLEET_NEW_VENV") == "1" else None
 CHANGE_VENV = ["-e", f"vllm_venv_path={NEW_VENV}"] if NEW_VENV else []
-# Out of rotation at most the engine's start, the gates and this (the drain and the switch).
+# Out of rotation at most the old engine's stop, the new one's start, the gates and this (the
+# drain and the switch: from leaving rotation to the stop of the old engine).
 SWITCH_BOUND = 15.0
 # Each load worker's pause between two streamed chats during a rollout (seconds). 0.25 in
 # `make test`: each worker sends 2-3 requests a second (a chat of 16 tokens takes ~0.1 s here),
@@ -583,15 +584,40 @@ def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedPro
     assert node in staged, f"no staging report for {node}: {run.stdout[-3000:]}"
     staging_s, staged_at = staged[node]
     left, back = watch.out_of_rotation(node)
+    stopping = stop_begun(node, left, start)
     out, engine, gates = back - left, ready - start, back - ready
+    stop = max(0.0, start - stopping)
     figures.append(f"  {node}: staged {staging_s:.0f} s in rotation; out of rotation "
-                   f"{out:.0f} s (drain and switch {start - left:.0f} s, engine start "
-                   f"{engine:.0f} s, gates and back UP {gates:.0f} s); "
+                   f"{out:.0f} s (drain and switch {stopping - left:.0f} s, the old engine's "
+                   f"stop {stop:.0f} s, engine start {engine:.0f} s, gates and back "
+                   f"UP {gates:.0f} s); "
                    f"gateway states {[state for _when, state in watch.changes[node]]}")
     recorded["restarts"][node].update(staging_s=round(staging_s, 1),
-                                      out_of_rotation_s=round(out, 1))
+                                      out_of_rotation_s=round(out, 1),
+                                      old_engine_stop_s=round(stop, 1))
     assert staged_at < left < start < ready < back, (node, staged_at, left, start, ready, back)
-    assert start - left <= SWITCH_BOUND, (node, start - left)
+    assert stopping - left <= SWITCH_BOUND, (node, stopping - left,
+                                             switch_journal(node, left, start))
+
+
+def stop_begun(node: str, left: float, start: float) -> float:
+    """When systemd began stopping the old engine (the unit's journal), the last time before
+    the new engine's start (`start` has whole seconds: systemd's timestamp)."""
+    out = sh(node, f"journalctl --no-pager -o short-unix -u vllm.service "
+                   f"--since @{int(left) - 2} --until @{int(start) + 2}")
+    times = [float(line.split()[0]) for line in out.splitlines()
+             if "Stopping vllm.service" in line and float(line.split()[0]) < start + 1]
+    assert times, (node, "no stop of vllm.service before the new engine's start", out[-3000:])
+    return times[-1]
+
+
+def switch_journal(node: str, left: float, start: float) -> str:
+    """The node's journal from leaving rotation to the new engine's start, without the request
+    lines: what the drain, the switch and the old engine's stop did meanwhile."""
+    out = sh(node, f"journalctl --no-pager -o short-iso --since @{int(left) - 2} "
+                   f"--until @{int(start) + 2}")
+    noise = ('"POST /v1', '"GET /health', '"GET /metrics', "detokeniz", "loggers.py")
+    return "\n".join(line for line in out.splitlines() if not any(n in line for n in noise))[-6000:]
 
 
 # The certificates' life in days that run 1 renews them with (the default is 365).

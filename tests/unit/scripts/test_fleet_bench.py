@@ -29,7 +29,8 @@ FIGURES = {
                      "failed": 0, "client_workers": 2,
                      "restarts": {"n1": {"engine_down_s": 77.0, "succeeded_meanwhile": 345,
                                          "main_pid": ["10", "20"], "staging_s": 120.5,
-                                         "out_of_rotation_s": 95.2}}},
+                                         "out_of_rotation_s": 95.2,
+                                         "old_engine_stop_s": 1.4}}},
     "rollout_gate_fails": {"nodes": 2, "serial": 1, "rc": 2, "seconds": 300.5, "requests": 1200,
                            "failed": 0, "client_workers": 2},
     "ttft_c16": {"gateway": {"requests": 900, "failed": 0, "ttft_p50_ms": 390.5,
@@ -58,7 +59,7 @@ def test_the_section_carries_the_measured_figures():
     assert "Rolling 2 nodes: 901.2 s, 0 failed of 4321 client requests" in text
     assert "| rc 2, 300.5 s | 1200 | **0** |" in text
     assert ("n1: down 77.0 s, 345 requests succeeded meanwhile; staged 120.5 s in rotation, "
-            "out of rotation 95.2 s") in text
+            "out of rotation 95.2 s (the old engine's stop 1.4 s)") in text
     assert "TTFT p50 at concurrency 16: 100.5 ms** (390.5 ms through the gateway, 290.0 ms" in text
     assert "2026-12-01 12:00 - 2026-12-01 12:50 UTC on vm: 2 CPUs (AMD EPYC)" in text
     assert "after a configuration reload: DRAIN" in text
