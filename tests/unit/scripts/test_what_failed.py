@@ -11,6 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 FLEET_LOG = """\
+CRITICAL 'molecule/default/molecule.yml' glob failed.  Exiting.
+INFO     default scenario not found, disabling shared state.
 TASK [instinct.vllm.rollout : Drain the node] ****
 ok: [fleet-node1]
 fatal: [fleet-node2]: FAILED! => changed=false
