@@ -600,11 +600,17 @@ def out_of_rotation(node: str, watch: GatewayWatch, run: subprocess.CompletedPro
                                              switch_journal(node, left, start))
 
 
+def switch_window(node: str, left: float, start: float, options: str) -> str:
+    """The node's journal (journalctl ``-o <options>``) from leaving rotation to the new
+    engine's start, two seconds wider each side (whole-second timestamps)."""
+    return sh(node, f"journalctl --no-pager -o {options} --since @{int(left) - 2} "
+                    f"--until @{int(start) + 2}")
+
+
 def stop_begun(node: str, left: float, start: float) -> float:
     """When systemd began stopping the old engine (the unit's journal), the last time before
     the new engine's start (`start` has whole seconds: systemd's timestamp)."""
-    out = sh(node, f"journalctl --no-pager -o short-unix -u vllm.service "
-                   f"--since @{int(left) - 2} --until @{int(start) + 2}")
+    out = switch_window(node, left, start, "short-unix -u vllm.service")
     times = [float(line.split()[0]) for line in out.splitlines()
              if "Stopping vllm.service" in line and float(line.split()[0]) < start + 1]
     assert times, (node, "no stop of vllm.service before the new engine's start", out[-3000:])
@@ -614,8 +620,7 @@ def stop_begun(node: str, left: float, start: float) -> float:
 def switch_journal(node: str, left: float, start: float) -> str:
     """The node's journal from leaving rotation to the new engine's start, without the request
     lines: what the drain, the switch and the old engine's stop did meanwhile."""
-    out = sh(node, f"journalctl --no-pager -o short-iso --since @{int(left) - 2} "
-                   f"--until @{int(start) + 2}")
+    out = switch_window(node, left, start, "short-iso")
     noise = ('"POST /v1', '"GET /health', '"GET /metrics', "detokeniz", "loggers.py")
     return "\n".join(line for line in out.splitlines() if not any(n in line for n in noise))[-6000:]
 

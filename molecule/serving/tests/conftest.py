@@ -75,12 +75,11 @@ def _stopped(host, cycle: SigstopCycle, firing) -> None:
 
 def _back(host, cycle: SigstopCycle, firing) -> None:
     """After the restart: serving again, active, the alert resolved, the restart alerted."""
-    from test_serving import UNIT, prop, wait_serving
+    from test_serving import journal_since, prop, wait_serving
 
     # Everything the unit logged since the SIGSTOP (the restarted engine's own lines included:
     # a fixed line count would lose the watchdog's when the alert's wait outlasts the restart).
-    cycle.journal = host.check_output(
-        f"journalctl --no-pager -o cat -u {UNIT} --since @{cycle.stopped_at}")
+    cycle.journal = journal_since(host, cycle.stopped_at)
     try:
         cycle.serving_after = wait_serving(SERVING_WITHIN)
     except AssertionError:

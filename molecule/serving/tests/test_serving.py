@@ -244,6 +244,11 @@ def gateway_completion() -> int:
     return rf.send(GATEWAY_URL, GATEWAY_KEY, case, timeout=60).status
 
 
+def journal_since(host, since: float) -> str:
+    """The unit's journal since ``since`` (the node's clock, seconds), messages only."""
+    return host.check_output(f"journalctl --no-pager -o cat -u {UNIT} --since @{int(since)}")
+
+
 def inductor_cache(host) -> str:
     """Where the unit keeps torch inductor's kernels (TORCHINDUCTOR_CACHE_DIR; '' = the private
     /tmp, which a requested restart empties)."""
@@ -281,9 +286,7 @@ def test_engine_death_then_clean_exit_is_restarted(host):
                 f"no exit 70: {prop(host, 'ActiveState')}/{prop(host, 'Result')}"
             )
             time.sleep(2)
-            journal = host.check_output(
-                f"journalctl --no-pager -o cat -u {UNIT} --since @{int(began)}"
-            )
+            journal = journal_since(host, began)
         died_after = time.monotonic() - start
     finally:
         host.check_output("mv /usr/bin/g++.hidden-by-test /usr/bin/g++")
@@ -295,7 +298,7 @@ def test_engine_death_then_clean_exit_is_restarted(host):
     while int(prop(host, "NRestarts")) == restarts or "status=70" not in journal:
         assert time.monotonic() - start < 120, "systemd did not restart the unit after exit 70"
         time.sleep(1)
-        journal = host.check_output(f"journalctl --no-pager -o cat -u {UNIT} --since @{int(began)}")
+        journal = journal_since(host, began)
     wait_active(host)
     assert prop(host, "MainPID") != main_pid
     print(f"exit 70 {died_after:.0f}s after the requested restart (RestartSec 2)")
