@@ -264,6 +264,24 @@ class Fleet:
         return status, (json.loads(data).get("node", "") if status == 200 else "")
 
 
+def wait_up(fleet: Fleet, node: StandIn) -> None:
+    """Until the gateway has the node UP; else (at once if its wrapper exited) fail with what
+    the node did."""
+    def up() -> bool:
+        if node.proc.poll() is not None:
+            raise AssertionError(f"{node.name}'s wrapper exited")
+        return fleet.status(node.name) == "UP"
+
+    try:
+        wait_for(up, f"{node.name} UP", 4 * TIMEOUT)
+    except AssertionError as error:
+        log = node.stderr.read_text(errors="replace").splitlines()[-15:]
+        raise AssertionError(
+            f"{error}: gateway {fleet.status(node.name)!r}, wrapper exit {node.proc.poll()}, "
+            "wrapper log:\n" + "\n".join(log)
+        ) from None
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("gateway-ejection")
@@ -273,9 +291,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                      "agent_port": n.status_port} for n in nodes.values()]
         with running_gateway(tmp, nodes["node-a"].port, backends) as gw:
             found = Fleet(gw, nodes)
-            for name, node in nodes.items():
-                wait_for(lambda n=node: n.proc.poll() is None and found.status(n.name) == "UP",
-                         f"{name} UP (wrapper log: {node.stderr})", 4 * TIMEOUT)
+            for node in nodes.values():
+                wait_up(found, node)
             yield found
     finally:
         for node in nodes.values():

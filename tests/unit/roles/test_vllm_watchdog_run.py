@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gateway_harness import free_port
 from tls_pki import Ca
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -587,12 +588,6 @@ def test_stopped_child_stops_the_pings_while_health_stays_200(
     notes.wait_for(lambda f: f == "WATCHDOG=1", 3, since=time.monotonic())
     w.proc.send_signal(signal.SIGTERM)
     assert w.finish() == 0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def agent(port: int, source: str = "127.0.0.1") -> str:
