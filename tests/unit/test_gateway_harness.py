@@ -10,7 +10,7 @@ from gateway_harness import free_port
 def test_free_port_never_hands_out_a_port_twice() -> None:
     """2000 ports from the ephemeral range (28232 ports here) would repeat one by chance
     (birthday bound: near certain); two stand-in servers of one test must never share one."""
-    ports = [free_port() for _ in range(2000)]
+    ports = [free_port() for _count in range(2000)]
     assert len(set(ports)) == len(ports)
 
 
