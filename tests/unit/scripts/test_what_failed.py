@@ -1,6 +1,7 @@
 """scripts/test ends a failed run with the lines of each failed stage's log that name what failed
-(pytest's FAILED and ERROR lines, Ansible's fatal ones and the two lines after each, Molecule's
-CRITICAL ones): the end of the output is often all a CI page shows."""
+(pytest's FAILED and ERROR lines, ansible-test's ERROR: ones, Ansible's fatal ones, each with
+the two lines after it, Molecule's CRITICAL ones): the end of the output is often all a CI page
+shows."""
 
 from __future__ import annotations
 
@@ -56,6 +57,27 @@ def test_static_stages_share_one_log_printed_once(tmp_path: Path) -> None:
         "ruff (logs/static.log):",
         "  ERROR tests/unit/test_x.py - ImportError",
     ]
+
+
+SANITY_LOG = """\
+Running sanity test "pylint"
+ERROR: Found 1 pylint issue(s) which need to be resolved:
+ERROR: tests/unit/test_x.py:13:29: disallowed-name: Disallowed name "_"
+Running sanity test "shebang"
+"""
+
+
+def test_a_failed_sanity_test_names_the_file_and_the_rule(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "static.log").write_text(SANITY_LOG)
+    text = (ROOT / "scripts" / "test").read_text()
+    match = re.search(r"^what_failed\(\) \{.*?^\}\n", text, re.S | re.M)
+    assert match
+    script = f"ROOT={tmp_path}; LOGS={logs}\n{match.group(0)}what_failed ansible-test-sanity\n"
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True,
+                         text=True).stdout
+    assert '  ERROR: tests/unit/test_x.py:13:29: disallowed-name: Disallowed name "_"' in out
 
 
 def test_the_summary_of_a_failed_run_says_what_failed(tmp_path: Path) -> None:
