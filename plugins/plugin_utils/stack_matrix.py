@@ -341,8 +341,8 @@ def _validate_lock(where: str, value: Any) -> None:
     for key in ("follow", "python"):
         if key in value:
             _need_str(f"{where}.{key}", value[key], nullable=True)
-    for key in ("requirements", "constraints"):
-        if key in value:
+    for key in ("requirements", "constraints"):  # null: none (a stack extending one with them)
+        if value.get(key) is not None:
             _need_str_list(f"{where}.{key}", value[key], allow_empty=False)
 
 

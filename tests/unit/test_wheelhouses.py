@@ -111,7 +111,11 @@ def test_stack_wheelhouses_use_the_stack_lock():
     stacks = yaml.safe_load((ROOT / "files" / "stacks.yml").read_text())["stacks"]
     cpu = (MOLECULE / "shared" / "cpu-wheelhouse.yml").read_text()
     assert "files/locks/{{ _cw_stack.lock.file }}" in cpu
-    assert "stacks.cpu" in cpu and stacks["cpu"]["lock"]["file"] == "cpu.txt"
+    assert "stacks[_cw_name]" in cpu and "_cw_stack_name | default('cpu')" in cpu
+    assert stacks["cpu"]["lock"]["file"] == "cpu.txt"
+    twin = (MOLECULE / "rocm7-twin" / "prepare.yml").read_text()
+    assert "../shared/cpu-wheelhouse.yml" in twin and "_cw_stack_name: sandbox-rocm-7.2.1" in twin
+    assert stacks["sandbox-rocm-7.2.1"]["lock"]["file"] == "sandbox-rocm-7.2.1.txt"
     source = (MOLECULE / "vllm-source" / "prepare.yml").read_text()
     assert f"files/locks/{stacks['sandbox-rocm-6.2.1']['lock']['file']}" in source
 
