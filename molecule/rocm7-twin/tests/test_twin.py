@@ -4,7 +4,10 @@ What the ROCm 7 stack asks of its node, checked where it lands: the stack's vLLM
 the stack's version, next to the stack's torch), the server started with the stack's flags
 (enforce-eager, gpu-memory-utilization at its cap, 0.9, which the inventory does not set), the
 unit keeping CAP_SYS_PTRACE and vLLM's processes holding it, serving behind the watchdog, and
-verify's gate fingerprint green.
+verify's gate fingerprint green. The model is the real gpt-oss architecture (a tiny
+GptOssForCausalLM, molecule/shared/tiny_gpt_oss.py): through the OpenAI SDK, a chat answers with
+its reasoning apart and a chat with a tool declared answers with the tool call, both parsed by
+the server from harmony.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 
 import pytest
 import testinfra
-import unit_argv  # molecule/shared (on the path: molecule/conftest.py)
+import tiny_gpt_oss  # molecule/shared (on the path: molecule/conftest.py)
+import unit_argv
 import yaml
+from openai import OpenAI
 
 NODE = "rocm7-twin-node"
 UNIT = "vllm.service"
@@ -27,6 +32,12 @@ REPO = Path(__file__).resolve().parents[3]
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "twin-fingerprints"
 URL = "http://127.0.0.1:18400"
 KEY = "twin-scenario-key-4b7e90c1d2a8"
+MODEL = "gpt-oss-tiny"
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": tiny_gpt_oss.TOOL, "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
 CAP_SYS_PTRACE = 19  # linux/capability.h
 JOURNAL_UNITS = [UNIT]
 
@@ -91,7 +102,7 @@ def test_the_unit_keeps_cap_sys_ptrace_and_vllm_holds_it(host: Any) -> None:
 def test_it_serves_behind_the_watchdog(host: Any) -> None:
     assert prop(host, "ActiveState") == "active"
     assert prop(host, "StatusText").startswith("serving"), prop(host, "StatusText")
-    body = json.dumps({"model": "gptoss-legacy-demo", "prompt": "hello", "max_tokens": 4,
+    body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 4,
                        "logprobs": 1}).encode()
     request = urllib.request.Request(
         URL + "/v1/completions", body,
@@ -109,3 +120,31 @@ def test_verify_with_the_fingerprint_was_green() -> None:
     assert record["ok"], record.get("msg")
     assert record["verdicts"]["transformers"]["ok"]
     assert record["baseline_found"] and record["verdicts"]["baseline"]["ok"]
+
+
+@pytest.fixture(scope="module")
+def client() -> OpenAI:
+    return OpenAI(base_url=URL + "/v1", api_key=KEY, timeout=120)
+
+
+def test_a_chat_answers_with_its_reasoning_apart(client: OpenAI) -> None:
+    """harmony's analysis channel comes back as `reasoning`, the final channel as the content
+    (the reasoning parser openai_gptoss)."""
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                            max_tokens=64)
+    message = answer.choices[0].message
+    assert answer.choices[0].finish_reason == "stop"
+    assert message.content == tiny_gpt_oss.ANSWER
+    assert (message.model_extra or {}).get("reasoning") == tiny_gpt_oss.REASONING
+    assert not message.tool_calls
+
+
+def test_a_chat_with_a_tool_declared_calls_it(client: OpenAI) -> None:
+    """The tool declared in the request reaches the model in harmony's developer message; its
+    call on the commentary channel comes back as an OpenAI tool call (the tool parser openai)."""
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, temperature=0,
+                                            max_tokens=64, tools=[WEATHER_TOOL])
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [c.function.name for c in choice.message.tool_calls] == [tiny_gpt_oss.TOOL]
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == tiny_gpt_oss.ARGUMENTS
