@@ -114,8 +114,8 @@ def test_stack_wheelhouses_use_the_stack_lock():
     assert "stacks[_cw_name]" in cpu and "_cw_stack_name | default('cpu')" in cpu
     assert stacks["cpu"]["lock"]["file"] == "cpu.txt"
     twin = (MOLECULE / "rocm7-twin" / "prepare.yml").read_text()
-    assert "../shared/cpu-wheelhouse.yml" in twin and "_cw_stack_name: sandbox-rocm-7.2.1" in twin
-    assert stacks["sandbox-rocm-7.2.1"]["lock"]["file"] == "sandbox-rocm-7.2.1.txt"
+    assert "../shared/cpu-wheelhouse.yml" in twin and "_cw_stack_name: sandbox-rocm-7.2.3" in twin
+    assert stacks["sandbox-rocm-7.2.3"]["lock"]["file"] == "sandbox-rocm-7.2.3.txt"
     source = (MOLECULE / "vllm-source" / "prepare.yml").read_text()
     assert f"files/locks/{stacks['sandbox-rocm-6.2.1']['lock']['file']}" in source
 

@@ -280,7 +280,7 @@ def test_good_gpu_stack_reads_the_stub_tools(run):
             [
                 "is not supported by stack 'rocm-6.2.1' (supported: Ubuntu 24.04)",
                 "set instinct_vllm_stack to a stack that supports it (cpu, sandbox-rocm-6.2.1, "
-                "sandbox-rocm-7.2.1)",
+                "sandbox-rocm-7.2.3)",
             ],
         ),
         (

