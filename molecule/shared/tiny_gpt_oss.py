@@ -138,7 +138,7 @@ def merges(bpe: dict[bytes, int]) -> list[tuple[str, str]]:
         pairs.sort(key=lambda p: (bpe[p[0]], bpe[p[1]]))
         found.extend((rank, left, right) for left, right in pairs)
     found.sort(key=lambda m: m[0])
-    return [(_string(left), _string(right)) for _, left, right in found]
+    return [(_string(left), _string(right)) for _rank, left, right in found]
 
 
 def _string(token: bytes) -> str:
