@@ -296,7 +296,10 @@ def test_engine_death_then_clean_exit_is_restarted(host):
     assert "warm-up completion" in before and "ready: " not in before, before[-3000:]
     start = time.monotonic()
     while int(prop(host, "NRestarts")) == restarts or "status=70" not in journal:
-        assert time.monotonic() - start < 120, "systemd did not restart the unit after exit 70"
+        assert time.monotonic() - start < 120, (
+            "systemd did not restart the unit after exit 70: "
+            f"{prop(host, 'ActiveState')}/{prop(host, 'Result')}, NRestarts "
+            f"{prop(host, 'NRestarts')} (was {restarts})")
         time.sleep(1)
         journal = journal_since(host, began)
     wait_active(host)
