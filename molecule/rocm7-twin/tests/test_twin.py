@@ -26,7 +26,7 @@ import yaml
 from openai import OpenAI
 
 NODE = "rocm7-twin-node"
-UNIT = "vllm.service"
+UNIT = "vllm@0.service"  # instance 0 of two (test_instances.py has both)
 STACK = "sandbox-rocm-7.2.3"
 REPO = Path(__file__).resolve().parents[3]
 FINGERPRINTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/tmp")) / "twin-fingerprints"

@@ -57,6 +57,8 @@ PLAYBOOK = """
         dest: "{{ out }}/{{ item }}"
         mode: "0600"
       loop: [vllm.service, vllm.env]
+      vars:  # the instance the case names (else the template's own default, instance 0)
+        _vllm_service_instance: "{{ vllm_service_resolved.instances[instance | default(0) | int] }}"
 """
 
 
@@ -99,6 +101,17 @@ BAD_INPUT = [
     ({"vllm_service_status_port": 8100, "vllm_service_flags_extra": {"port": 8100}},
      "vllm_service_status_port (8100) is vLLM's port"),
     ({"vllm_service_status_port": 65536}, "vllm_service_status_port must be 0 (off) or a port"),
+    ({"vllm_service_instances": 2},
+     "vllm_service_status_port (8001) is vLLM's port or within the 2 instances' ports 8000-8001"),
+    ({"vllm_service_instances": 0}, "vllm_service_instances) must be a positive integer"),
+    ({"vllm_service_instances": 2, "vllm_service_status_port": 8100,
+      "vllm_service_environment": {"HIP_VISIBLE_DEVICES": "0"}},
+     "vllm_service_environment sets HIP_VISIBLE_DEVICES, but with 2 instances"),
+    ({"vllm_service_instances": 2, "vllm_service_status_port": 8100,
+      "vllm_service_watchdog_options": {"status-port": 9000}},
+     "vllm_service_watchdog_options sets status-port, one port for 2 instances"),
+    ({"vllm_service_instances": 3, "vllm_service_port": 65534, "vllm_service_status_port": 8100},
+     "3 instances need the ports vllm_service_port (65534) to 65536"),
 ]
 CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "defaults": {},
@@ -115,6 +128,11 @@ CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "status": {"vllm_service_status_port": 9101,
                "vllm_service_status_allow": ["10.0.0.0/8", "fd00::/8"]},
     "status-off": {"vllm_service_status_port": 0},
+    # two engines of four GPUs each: instance 1's unit
+    "instances": {"vllm_service_instances": 2, "vllm_service_status_port": 8100,
+                  "vllm_service_flags": {"tensor-parallel-size": 4}, "instance": 1},
+    "instances-0": {"vllm_service_instances": 2, "vllm_service_status_port": 8100,
+                    "vllm_service_flags": {"tensor-parallel-size": 4}},
     "ck": CK,
     "no-ck": {"instinct_vllm_stack": "rocm-6.2.1"},  # off, the default
     "ck-agrees": {**CK, "vllm_service_environment": {TRITON: False}},
@@ -251,6 +269,31 @@ def test_the_status_port_and_its_allowed_sources_reach_the_wrapper(rendered) -> 
     assert json.loads((out / "resolved.json").read_text())["status_port"] == 0
     _unit, out = ok(rendered, "defaults")
     assert json.loads((out / "resolved.json").read_text())["status_port"] == 8001
+
+
+def test_each_instance_has_its_own_gpus_ports_and_state(rendered) -> None:
+    unit, out = ok(rendered, "instances")
+    argv = shlex.split(directive(unit, "ExecStart")[0])
+    assert argv[argv.index("--status-port") + 1] == "8101"
+    assert argv[argv.index("--port") + 1] == "8001"
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in directive(unit, "Environment")
+    assert "HOME=/var/lib/vllm/1" in directive(unit, "Environment")
+    assert directive(unit, "WorkingDirectory") == ["/var/lib/vllm/1"]
+    assert directive(unit, "Description")[0].endswith(", instance 1)")
+    first, _out = ok(rendered, "instances-0")
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in directive(first, "Environment")
+    resolved = json.loads((out / "resolved.json").read_text())
+    assert resolved["instance_count"] == 2
+    assert [i["unit"] for i in resolved["instances"]] == ["vllm@0.service", "vllm@1.service"]
+    assert resolved["unit"] == "vllm@0.service" and resolved["port"] == 8000
+
+
+def test_one_instance_is_the_plain_unit_on_every_gpu(rendered) -> None:
+    unit, out = ok(rendered, "defaults")
+    assert not [e for e in directive(unit, "Environment") if "VISIBLE_DEVICES" in e]
+    assert directive(unit, "WorkingDirectory") == ["/var/lib/vllm"]
+    resolved = json.loads((out / "resolved.json").read_text())
+    assert [i["unit"] for i in resolved["instances"]] == ["vllm.service"]
 
 
 def test_compiled_kernels_are_cached_where_the_unit_may_write_across_restarts(rendered) -> None:
