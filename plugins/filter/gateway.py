@@ -5,7 +5,8 @@
 Usage::
 
     groups['vllm_nodes'] | instinct.vllm.gateway_nodes(hostvars)
-        -> [{'name': 'node1', 'address': '10.0.0.11', 'port': 8000, 'agent_port': 8001}, ...]
+        -> [{'name': 'node1', 'host': 'node1', 'address': '10.0.0.11', 'port': 8000,
+             'agent_port': 8001}, ...]
     gateway_api_keys | instinct.vllm.gateway_key_hashes
         -> [{'name': 'team-a', 'sha256': '<64 hex>', 'rate_limit': 600 | None,
              'max_concurrency': 8 | None}, ...]
@@ -13,8 +14,11 @@ Usage::
 gateway_nodes: each host's ``gateway_node_address`` (else ``ansible_host``, else its name),
 and the ports role vllm_service publishes for it (``vllm_service_resolved``): vLLM's ``port``
 and ``status_port``, where its watchdog answers the agent check (0 = none); a host without
-that fact is an error saying how to publish it. The HAProxy server is named after the
-inventory host.
+that fact is an error saying how to publish it. One server per vLLM instance of the node
+(``vllm_service_resolved.instances``, each with its own ports; a fact without it is one
+instance, its top-level ports): the server is named after the inventory host when the node has
+one instance, else ``<host>:<index>``; ``host`` is the inventory host (the name the node's TLS
+certificate carries).
 gateway_key_hashes: ``key_sha256`` as given (lower case) or the SHA-256 of ``key``; the clear key
 does not appear in the result. ``max_concurrency``, when set, must be a positive integer.
 """
@@ -32,41 +36,74 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
 def gateway_nodes(hosts: Any, hostvars: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Inventory hosts -> HAProxy backend servers (name, address, port)."""
+    """Inventory hosts -> HAProxy backend servers (name, host, address, port, agent_port), one
+    per vLLM instance of each host."""
     if isinstance(hosts, (str, bytes)) or not isinstance(hosts, (list, tuple)):
         raise AnsibleFilterError("instinct.vllm.gateway_nodes: expects a list of host names")
-    nodes = []
+    nodes: list[dict[str, Any]] = []
     for host in hosts:
-        name = str(host)
-        if not _SERVER_NAME.match(name):
-            raise AnsibleFilterError(
-                f"instinct.vllm.gateway_nodes: host {name!r} is not a valid HAProxy server name"
-            )
-        hv = hostvars[name]
-        resolved = hv.get("vllm_service_resolved")
-        if not isinstance(resolved, Mapping):
-            raise AnsibleFilterError(
-                f"instinct.vllm.gateway_nodes: host {name!r} has no vllm_service_resolved: publish "
-                "the node's serving facts first (role instinct.vllm.vllm_service_facts on the "
-                "nodes, as playbooks/gateway.yml does)"
-            )
-        address = hv.get("gateway_node_address") or hv.get("ansible_host") or name
-        nodes.append({"name": name, "address": str(address),
-                      "port": _port(name, resolved, "port", 1),
-                      "agent_port": _port(name, resolved, "status_port", 0)})
+        nodes += _host_servers(str(host), hostvars[str(host)])
     return nodes
 
 
-def _port(name: str, resolved: Mapping[str, Any], key: str, lowest: int) -> int:
-    """vllm_service_resolved[key] as a port (``lowest``: 0 when 0 means none)."""
-    value = resolved.get(key)
+def _host_servers(host: str, hv: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One host's servers: its instances, named after the host (one) or "<host>:<index>"."""
+    if not _SERVER_NAME.match(host):
+        raise AnsibleFilterError(
+            f"instinct.vllm.gateway_nodes: host {host!r} is not a valid HAProxy server name"
+        )
+    resolved = hv.get("vllm_service_resolved")
+    if not isinstance(resolved, Mapping):
+        raise AnsibleFilterError(
+            f"instinct.vllm.gateway_nodes: host {host!r} has no vllm_service_resolved: publish "
+            "the node's serving facts first (role instinct.vllm.vllm_service_facts on the "
+            "nodes, as playbooks/gateway.yml does)"
+        )
+    address = str(hv.get("gateway_node_address") or hv.get("ansible_host") or host)
+    instances = _instances(host, resolved)
+    return [{"name": host if len(instances) == 1 else f"{host}:{index}", "host": host,
+             "address": address,
+             "port": _port(host, instance, f"{where}.port", 1),
+             "agent_port": _port(host, instance, f"{where}.status_port", 0)}
+            for index, where, instance in instances]
+
+
+def _instances(host: str, resolved: Mapping[str, Any]) -> list[tuple[int, str, Mapping[str, Any]]]:
+    """(index, key path, mapping) of each vLLM instance of the host: the entries of
+    vllm_service_resolved.instances, else the fact itself as instance 0 (older facts)."""
+    instances = resolved.get("instances")
+    if instances is None:
+        return [(0, "vllm_service_resolved", resolved)]
+    if (not isinstance(instances, (list, tuple)) or not instances
+            or not all(isinstance(i, Mapping) for i in instances)):
+        raise AnsibleFilterError(
+            f"instinct.vllm.gateway_nodes: host {host!r}: vllm_service_resolved.instances must "
+            f"be a non-empty list of mappings (is {instances!r})"
+        )
+    found = []
+    for position, instance in enumerate(instances):
+        where = f"vllm_service_resolved.instances[{position}]"
+        index = instance.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise AnsibleFilterError(
+                f"instinct.vllm.gateway_nodes: host {host!r}: {where}.index must be an integer "
+                f">= 0 (is {index!r})"
+            )
+        found.append((index, where, instance))
+    return found
+
+
+def _port(host: str, values: Mapping[str, Any], where: str, lowest: int) -> int:
+    """values[key] (``where`` is its path, ending with the key) as a port (``lowest``: 0 when 0
+    means none)."""
+    value = values.get(where.rpartition(".")[2])
     try:
         port = int(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         port = -1
     if isinstance(value, bool) or not lowest <= port <= 65535:
         raise AnsibleFilterError(
-            f"instinct.vllm.gateway_nodes: host {name!r}: vllm_service_resolved.{key} must be "
+            f"instinct.vllm.gateway_nodes: host {host!r}: {where} must be "
             f"{'0 or ' if lowest == 0 else ''}a port 1-65535 (is {value!r})"
         )
     return port

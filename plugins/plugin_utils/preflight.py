@@ -265,32 +265,73 @@ def _check_parallel(
     gpus: Mapping[str, Any],
     tp: int,
     heads: int | None,
+    instances: int = 1,
 ) -> None:
-    count = int(gpus.get("count") or 0)
+    """TP splits the heads; the instances (each TP GPUs) split the GPUs between them."""
+    # the GPUs the engines run on; 0 (unknown, or a stack without GPUs): any count fits
+    count = int(gpus.get("count") or 0) if stack["gpu_archs"] else 0
+    msg = (
+        _parallel_sizes_problem(tp, instances)
+        or _gpu_split_problem(count, tp, heads, instances)
+        or _heads_problem(count, tp, heads)
+    )
+    f.add("tensor_parallel", not msg, msg)
+
+
+def _parallel_sizes_problem(tp: int, instances: int) -> str:
     if tp < 1:
-        f.add("tensor_parallel", False, f"preflight_tensor_parallel_size must be >= 1 (is {tp}).")
-        return
-    if stack["gpu_archs"] and count > 0:
-        fits = [d for d in divisors(count) if heads is None or heads % d == 0]
-        if tp > count or count % tp != 0:
-            f.add(
-                "tensor_parallel",
-                False,
-                f"preflight_tensor_parallel_size={tp} does not divide the {count} GPU(s) found "
-                f"(preflight_gpus.count). Fix: use one of {', '.join(map(str, fits))}.",
-            )
-            return
-    if heads is not None and heads % tp != 0:
-        choices = [d for d in divisors(heads) if not stack["gpu_archs"] or count % d == 0]
-        f.add(
-            "tensor_parallel",
-            False,
-            f"preflight_tensor_parallel_size={tp} does not divide the model's "
-            f"num_attention_heads={heads} (preflight_model_num_attention_heads): vLLM splits "
-            f"the heads across the GPUs. Fix: use one of {', '.join(map(str, choices))}.",
+        return f"preflight_tensor_parallel_size must be >= 1 (is {tp})."
+    if instances < 1:
+        return (
+            f"vllm_service_instances={instances} (preflight_instances) must be >= 1. "
+            "Fix: set vllm_service_instances to the number of vLLM engines per node (1: one)."
         )
-        return
-    f.add("tensor_parallel", True)
+    return ""
+
+
+def _gpu_split_problem(count: int, tp: int, heads: int | None, instances: int) -> str:
+    if count == 0:
+        return ""
+    if instances > 1:
+        return _instances_problem(count, tp, heads, instances)
+    if tp <= count and count % tp == 0:
+        return ""
+    fits = [d for d in divisors(count) if heads is None or heads % d == 0]
+    return (
+        f"preflight_tensor_parallel_size={tp} does not divide the {count} GPU(s) found "
+        f"(preflight_gpus.count). Fix: use one of {', '.join(map(str, fits))}."
+    )
+
+
+def _instances_problem(count: int, tp: int, heads: int | None, instances: int) -> str:
+    if instances * tp == count:
+        return ""
+    fits_heads = [d for d in divisors(count) if heads is None or heads % d == 0]
+    fixes = [f"vllm_service_instances: {count // tp} (fits TP {tp})"] if tp in fits_heads else []
+    if count % instances == 0 and count // instances in fits_heads:
+        fixes.append(
+            f"preflight_tensor_parallel_size={count // instances} (the service's "
+            f"tensor-parallel-size, vllm_service_flags; fits {instances} instances)"
+        )
+    pairs = ", ".join(f"{count // d} x {d}" for d in fits_heads)
+    fixes.append(f"instances x TP to one of {pairs}")
+    return (
+        f"vllm_service_instances={instances} (preflight_instances) x "
+        f"preflight_tensor_parallel_size={tp} is {instances * tp} GPU(s), but {count} GPU(s) "
+        f"were found (preflight_gpus.count): each instance takes its own {tp} GPU(s) and the "
+        f"instances must use every GPU exactly once. Fix: set {', or '.join(fixes)}."
+    )
+
+
+def _heads_problem(count: int, tp: int, heads: int | None) -> str:
+    if heads is None or heads % tp == 0:
+        return ""
+    choices = [d for d in divisors(heads) if count % d == 0]
+    return (
+        f"preflight_tensor_parallel_size={tp} does not divide the model's "
+        f"num_attention_heads={heads} (preflight_model_num_attention_heads): vLLM splits "
+        f"the heads across the GPUs. Fix: use one of {', '.join(map(str, choices))}."
+    )
 
 
 def _check_model(
@@ -509,7 +550,9 @@ def evaluate(
     ``host``: ansible_facts (distribution, distribution_version, kernel, architecture,
     memtotal_mb, mounts). ``gpus``: the gpu_facts module's ``gpu_facts``. ``settings``:
     disk_requirements [{path, min_free_gib, purpose}], min_memory_gib, gpu_count (int or None),
-    tensor_parallel_size, num_attention_heads (int or None), model_architecture (str or None),
+    tensor_parallel_size, instances (int, default 1: the vLLM engines per node, each on
+    tensor_parallel_size GPUs; > 1 on a GPU stack: instances x tensor_parallel_size must be the
+    GPU count), num_attention_heads (int or None), model_architecture (str or None),
     secure_boot (enabled|disabled|unknown), secure_boot_policy (warn|fail|ignore),
     kernel_abi_policy (fail|warn), kernel_pin (bool: role rocm installs and boots the stack's
     kernel, rocm_kernel_pin), sliding_window (int; 0 or None: read from model_config, the
@@ -530,7 +573,14 @@ def evaluate(
     _check_model_disk(f, host, settings)
     expected = settings.get("gpu_count")
     _check_gpus(f, stack, gpus, None if expected in (None, "", -1) else int(expected))
-    _check_parallel(f, stack, gpus, int(settings.get("tensor_parallel_size", 1)), heads)
+    _check_parallel(
+        f,
+        stack,
+        gpus,
+        int(settings.get("tensor_parallel_size", 1)),
+        heads,
+        int(settings.get("instances", 1)),
+    )
     _check_model(f, stack, settings.get("model_architecture") or None, matrix)
     _check_sliding_window(
         f,

@@ -3,15 +3,20 @@
 Each instance is its own unit with its own port, agent-check port, GPUs, state directory and
 watchdog. The one-instance unit prepare.yml left running is retired. An engine stopped
 (SIGSTOP) is restarted by its own watchdog alone: the other instance keeps its process and
-answers every request meanwhile.
+answers every request meanwhile. A release switched one instance at a time (as role rollout's
+one_by_one does) restarts only the instance switched; the other restarts when switched later.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +32,8 @@ INSTANCES = [  # unit, published port on this machine, vLLM's port, agent-check 
 # Bounds for a loaded shared 2-core machine, not performance claims: the wrapper sees the
 # stopped process within two polls, then WatchdogSec (30 s), then RestartSec (10 s).
 RESTART_WITHIN = 240.0
+SCENARIO = Path(__file__).resolve().parents[1]
+PENDING = "/etc/vllm/staged/pending"  # role vllm_service's marks of instances pending a restart
 SERVING_WITHIN = 600.0
 
 
@@ -72,7 +79,7 @@ def test_the_one_instance_unit_is_retired(host: Any) -> None:
     """prepare.yml left vllm.service (the one-instance layout) enabled and running."""
     assert not host.file("/etc/systemd/system/vllm.service").exists
     assert prop(host, "vllm.service", "ActiveState") == "inactive"
-    assert host.run("pgrep -f 'sleep infinity'").rc == 1
+    assert host.run("pgrep -fx '/bin/sleep 86399'").rc == 1  # its process is gone
 
 
 def stop_engine(host: Any, unit: str) -> tuple[str, str, int]:
@@ -123,3 +130,36 @@ def test_a_stopped_engine_is_restarted_alone_the_other_keeps_serving(
     other_journal = host.check_output(
         f"journalctl --no-pager -o cat -u {other} --since @{since}")
     assert "atchdog timeout" not in other_journal
+
+
+def switch(instances: list[int], restart_sec: int) -> subprocess.CompletedProcess[str]:
+    """switch.yml (role vllm_service) with a release that changes every instance's unit
+    (RestartSec), switching only ``instances``."""
+    variables = {"vllm_service_switch_instances": instances,
+                 "vllm_service_restart_sec": restart_sec}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"),
+         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "switch.yml"),
+         "-e", json.dumps(variables)],
+        capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_a_release_switched_one_instance_at_a_time(host: Any) -> None:
+    """The release reaches every unit file, but only the instance switched restarts; the other
+    stays marked pending on the node and restarts when a later run switches it."""
+    first, second = (unit for unit, *_rest in INSTANCES)
+    pids = {unit: prop(host, unit, "MainPID") for unit in (first, second)}
+    run = switch([1], 9)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert prop(host, second, "MainPID") != pids[second]
+    assert prop(host, first, "MainPID") == pids[first]
+    for unit in (first, second):
+        assert "RestartSec=9" in host.file(f"/etc/systemd/system/{unit}").content_string
+    assert host.file(f"{PENDING}/{first}").exists and not host.file(f"{PENDING}/{second}").exists
+    second_pid = prop(host, second, "MainPID")
+    run = switch([0], 9)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert prop(host, first, "MainPID") != pids[first]
+    assert prop(host, second, "MainPID") == second_pid
+    assert not host.file(f"{PENDING}/{first}").exists
+    assert complete(INSTANCES[0][1]) == 200 and complete(INSTANCES[1][1]) == 200

@@ -1,12 +1,12 @@
 """inventories/mi300x resolves to the job it exists for: the legacy "gpt-oss-120B" checkpoint
 converted by role model, served under a client name with tensor parallel 8; the README's vault
-steps work as written; the commented rocm-7.2.3 alternative is a servable combination."""
+steps work as written. The real gpt-oss-120b has its own inventory
+(test_inventory_mi300x_gpt_oss.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -119,26 +119,6 @@ def test_readme_vault_steps_work_as_written(tmp_path: Path) -> None:
     assert hv["vllm_service_api_key"] == "{{ vault_vllm_api_key }}"
     locked = _run("ansible-inventory", "-i", str(fleet), "--list")
     assert locked.returncode != 0 and "vault" in (locked.stdout + locked.stderr).lower()
-
-
-def _commented_alternative() -> dict[str, Any]:
-    text = (GROUP_VARS / "main.yml").read_text()
-    block = text.split("# --- alternative: the real OpenAI gpt-oss-120b", 1)[1]
-    lines = [line[2:] for line in block.splitlines() if re.match(r"^# [a-z_]+:", line)]
-    return yaml.safe_load("\n".join(lines))
-
-
-def test_commented_gpt_oss_alternative_is_servable(hostvars: dict[str, Any]) -> None:
-    alt = _commented_alternative()
-    assert alt["instinct_vllm_stack"] == "rocm-7.2.3"
-    assert alt["model_source"] == "huggingface" and alt["model_hf_repo"] == "openai/gpt-oss-120b"
-    assert "model_convert_profile" not in alt  # auto: a native checkpoint is not converted
-    stack = sm.get_stack(alt["instinct_vllm_stack"])
-    assert alt["preflight_model_architecture"] == "GptOssForCausalLM"
-    assert alt["preflight_model_architecture"] in stack["model_architectures"]
-    tp = hostvars[HOSTS[0]]["vllm_service_flags"]["tensor-parallel-size"]
-    assert alt["preflight_model_num_attention_heads"] % tp == 0
-    assert "GptOssForCausalLM" not in sm.get_stack("rocm-6.2.1")["model_architectures"]
 
 
 def test_mi300x_flags_are_the_role_defaults_with_engine_stats_on(hostvars: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""Role firewall's nftables rules for a fleet of one gateway, one Prometheus host and two vLLM
-nodes, and the gateway-less single node (the demo).
+"""Role firewall's nftables rules for a fleet of one gateway, one Prometheus host and three vLLM
+nodes (the third runs two vLLM instances), and the gateway-less single node (the demo).
 
 Real ansible-playbook on localhost, through thin test roles that carry the real roles'
 defaults and vars: on each node, role vllm_service's publish.yml (the serving facts), then role
@@ -38,6 +38,7 @@ FACTS = {  # what setup's network subset reports (a subset of it)
 }
 EXTRA = ["10.77.9.0/24"]  # the controller's network (firewall_allow_extra)
 NODE2_PORT = 9123  # node 2's vLLM port, from vllm_service_flags_extra; it has no status port
+NODE3_STATUS_PORT = 9000  # node 3 runs two vLLM instances: ports 8000, 8001 and 9000, 9001
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
 - ansible.builtin.include_role:
@@ -80,7 +81,9 @@ def fleet_inventory() -> dict[str, Any]:
             "fw-node1": {**node, "ansible_host": "10.77.0.11"},
             "fw-node2": {**node, "ansible_host": "10.77.0.12",
                          "vllm_service_flags_extra": f"--port={NODE2_PORT}",
-                         "vllm_service_status_port": 0}}},
+                         "vllm_service_status_port": 0},
+            "fw-node3": {**node, "ansible_host": "10.77.0.13", "vllm_service_instances": 2,
+                         "vllm_service_status_port": NODE3_STATUS_PORT}}},
     }}}
 
 
@@ -148,7 +151,7 @@ def test_no_flush_and_only_its_own_table(rendered: Path) -> None:
 
 
 @needs_nft
-@pytest.mark.parametrize("node", ["fw-node1", "fw-node2"])
+@pytest.mark.parametrize("node", ["fw-node1", "fw-node2", "fw-node3"])
 def test_nft_accepts_the_rules(rendered: Path, node: str) -> None:
     check = subprocess.run(["unshare", "-rn", NFT, "-c", "-f", str(rendered / f"{node}.nft")],
                            capture_output=True, text=True, check=False)
@@ -156,8 +159,11 @@ def test_nft_accepts_the_rules(rendered: Path, node: str) -> None:
 
 
 @needs_nft
-@pytest.mark.parametrize(("node", "ports"), [("fw-node1", [8000, 8001]),
-                                             ("fw-node2", [NODE2_PORT])])
+@pytest.mark.parametrize(("node", "ports"), [
+    ("fw-node1", [8000, 8001]),
+    ("fw-node2", [NODE2_PORT]),
+    # every instance's vLLM and status port
+    ("fw-node3", [8000, 8001, NODE3_STATUS_PORT, NODE3_STATUS_PORT + 1])])
 def test_the_table_guards_the_published_ports_for_the_inventory_sources(
         rendered: Path, node: str, ports: list[int]) -> None:
     assert loaded_sets(rendered / f"{node}.nft") == {

@@ -129,3 +129,22 @@ def test_requests_without_a_response_byte_are_retried_on_another_node(rendered):
     backend = section(rendered["haproxy.cfg"], "backend vllm")
     assert "retry-on conn-failure empty-response" in backend
     assert "option redispatch 1" in backend and "retries 2" in backend
+
+
+def test_with_mtls_every_instance_is_verified_against_its_hosts_name(tmp_path):
+    """Two vLLM instances of node1 (servers node1:0 and node1:1, host node1) present node1's
+    certificate; an entry given by hand without host is verified against its name."""
+    backends = [
+        {"name": "node1:0", "host": "node1", "address": "10.88.0.5", "port": 8000,
+         "agent_port": 9000},
+        {"name": "node1:1", "host": "node1", "address": "10.88.0.5", "port": 8001,
+         "agent_port": 9001},
+        {"name": "node2", "address": "10.88.0.6", "port": 8000},
+    ]
+    out = render(tmp_path, _gateway_backends=backends, fleet_pki_resolved={"enabled": True})
+    backend = section(out["haproxy.cfg"], "backend vllm")
+    assert [line for line in backend if line.startswith("server ")] == [
+        "server node1:0 10.88.0.5:8000 verifyhost node1 agent-check agent-port 9000",
+        "server node1:1 10.88.0.5:8001 verifyhost node1 agent-check agent-port 9001",
+        "server node2 10.88.0.6:8000 verifyhost node2",
+    ]

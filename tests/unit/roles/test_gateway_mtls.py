@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ansible_collections.instinct.vllm.plugins.filter.gateway import gateway_nodes
 from gateway_harness import (
     NO_HAPROXY,
     TIMEOUT,
@@ -94,6 +95,37 @@ def test_the_gateway_sends_only_to_nodes_it_verified(tmp_path):
     assert answers == [200] * 6
     assert nodes[0].paths().count("/v1/models") == 6
     assert nodes[1].paths() == [] and nodes[2].paths() == []
+
+
+def test_every_instance_of_a_node_is_verified_against_the_hosts_name(tmp_path):
+    """A node with two vLLM instances (vllm_service_instances: 2): its servers node1:0 and
+    node1:1, as filter instinct.vllm.gateway_nodes names them, each present the node's
+    certificate (issued for the inventory host node1). Both come UP and share the requests."""
+    fleet = Ca(tmp_path, "fleet-root")
+    fleet_files(tmp_path, fleet)
+    with contextlib.ExitStack() as stack:
+        nodes = [stack.enter_context(tls_node(tmp_path / f"node1-{i}", fleet, "node1"))
+                 for i in (0, 1)]
+        fact = {"port": nodes[0].port, "status_port": 0, "instance_count": 2,
+                "instances": [{"index": i, "port": n.port, "status_port": 0}
+                              for i, n in enumerate(nodes)]}
+        backends = gateway_nodes(["node1"], {"node1": {"ansible_host": "127.0.0.1",
+                                                       "vllm_service_resolved": fact}})
+        assert [b["name"] for b in backends] == ["node1:0", "node1:1"]
+        with running_gateway(tmp_path, nodes[0].port, backends, MTLS) as gw:
+            assert "server node1:0 127.0.0.1:" in gw.cfg and "verifyhost node1:" not in gw.cfg
+
+            def settled() -> bool:
+                gw.alive()
+                states = server_states(gw)
+                return [states.get(f"node1:{i}", "").split(" ")[0] for i in (0, 1)] == [
+                    "UP", "UP"]
+
+            wait_for(settled, "node1:0 and node1:1 UP", timeout=3 * TIMEOUT)
+            answers = [request(gw, "GET", "/v1/models", "other")[0] for _request in range(6)]
+    assert answers == [200] * 6
+    served = [n.paths().count("/v1/models") for n in nodes]
+    assert sum(served) == 6 and min(served) > 0, served
 
 
 def test_a_client_without_a_fleet_certificate_cannot_talk_to_the_node(tmp_path):

@@ -43,3 +43,12 @@ def test_extra_units_and_no_repeats(tmp_path: Path) -> None:
     units = unit_include(tmp_path, vllm_service_resolved={"unit": "vllm.service"},
                          monitoring_node_exporter_units=["vllm.service", "extra.service"])
     assert units == ["vllm.service", "amd-metrics-exporter.service", "extra.service"]
+
+
+def test_every_instance_unit_is_reported(tmp_path: Path) -> None:
+    """A node with two vLLM instances (vllm_service_instances: 2): vllm@0 and vllm@1."""
+    resolved = {"unit": "vllm@0.service", "instances": [
+        {"index": 0, "unit": "vllm@0.service"}, {"index": 1, "unit": "vllm@1.service"}]}
+    units = unit_include(tmp_path, vllm_service_resolved=resolved)
+    assert units == ["vllm@0.service", "vllm@1.service", "amd-metrics-exporter.service",
+                     "gpuagent.service"]

@@ -2,16 +2,17 @@
 
 The fleet inventory (molecule/fleet/molecule.yml: its hosts, groups, group_vars and host_vars)
 plus one Prometheus host in group monitoring, one node moving vLLM's port with
-vllm_service_flags_extra. Real ansible-playbook on localhost, through thin test roles that
-carry the real roles' defaults and vars (so the inventory overrides them as it would the real
-roles'): on each node, role vllm_service's publish.yml (the serving facts role monitoring's
-main.yml publishes); on each gateway, role gateway's publish.yml (the facts the playbook's
-first play publishes) and haproxy.cfg; on the Prometheus host, role monitoring's targets.yml
-and prometheus.yml. Then each scrape target must be a host of its group, at its address, on
-the port that host's role listens on: vLLM at its published port (vllm_service_flags_extra
-counts), HAProxy's exporter at the bind of haproxy.cfg's metrics
-frontend (served by use-service prometheus-exporter); and every host of those groups must be
-scraped. The unit alerts and the dashboard's restart panel select every node's published unit.
+vllm_service_flags_extra, the other running two vLLM instances (vllm_service_instances). Real
+ansible-playbook on localhost, through thin test roles that carry the real roles' defaults and
+vars (so the inventory overrides them as it would the real roles'): on each node, role
+vllm_service's publish.yml (the serving facts role monitoring's main.yml publishes); on each
+gateway, role gateway's publish.yml (the facts the playbook's first play publishes) and
+haproxy.cfg; on the Prometheus host, role monitoring's targets.yml and prometheus.yml. Then
+each scrape target must be a host of its group, at its address, on the port that host's role
+listens on: vLLM at each instance's published port (vllm_service_flags_extra counts),
+HAProxy's exporter at the bind of haproxy.cfg's metrics frontend (served by use-service
+prometheus-exporter); and every host of those groups must be scraped. The unit alerts and the
+dashboard's restart panel select every node's published units.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ FLEET = ROOT / "molecule" / "fleet" / "molecule.yml"
 MONITOR = "fleet-mon"
 EXTRA_PORT = 9123  # the second node's vLLM port, set only in vllm_service_flags_extra
 EXTRA_UNIT = "vllm-b.service"  # and its unit (vllm_service_name)
+INSTANCES = 2  # the first node runs two vLLM instances: vllm@0 and vllm@1 on ports 8000, 8001
+INSTANCE_UNITS = [f"vllm@{i}.service" for i in range(INSTANCES)]
 THIN_ROLES = {
     "vllm_service_publish": ("vllm_service", """
 - ansible.builtin.include_role:
@@ -98,7 +101,9 @@ def fleet_inventory() -> dict[str, Any]:
         for group in platform["groups"]:
             groups.setdefault(group, {"hosts": {}})["hosts"][platform["name"]] = host
     groups["monitoring"] = {"hosts": {MONITOR: dict(local)}}
-    second = sorted(groups["vllm_nodes"]["hosts"])[1]
+    first, second = sorted(groups["vllm_nodes"]["hosts"])[:2]
+    groups["vllm_nodes"]["hosts"][first] |= {"vllm_service_instances": INSTANCES,
+                                             "vllm_service_status_port": 8100}
     groups["vllm_nodes"]["hosts"][second]["vllm_service_flags_extra"] = f"--port={EXTRA_PORT}"
     groups["vllm_nodes"]["hosts"][second]["vllm_service_name"] = EXTRA_UNIT.removesuffix(".service")
     all_vars = groups.pop("all", {}).get("vars", {})
@@ -145,15 +150,18 @@ def role_default(role: str, name: str) -> Any:
     return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
 
 
-def targets(out: Path, job: str) -> dict[str, str]:
-    """node label -> host:port of one job of the rendered prometheus.yml."""
+def static_configs(out: Path, job: str) -> list[dict[str, Any]]:
     config = yaml.safe_load((out / "prometheus.yml").read_text())
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     assert job in jobs, f"prometheus.yml has no job {job}: {sorted(jobs)}"
-    found = {}
-    for static in jobs[job]["static_configs"]:
-        for target in static["targets"]:
-            found[static["labels"]["node"]] = target
+    return jobs[job]["static_configs"]
+
+
+def targets(out: Path, job: str) -> dict[str, list[str]]:
+    """node label -> the host:port targets of one job of the rendered prometheus.yml."""
+    found: dict[str, list[str]] = {}
+    for static in static_configs(out, job):
+        found.setdefault(static["labels"]["node"], []).extend(static["targets"])
     return found
 
 
@@ -173,7 +181,7 @@ def test_every_gateway_is_scraped_where_its_haproxy_exports(rendered) -> None:
     assert gateways, "the fleet inventory has no gateway"
     found = targets(out, "gateway")
     assert set(found) == set(gateways)
-    for host, target in found.items():
+    for host, [target] in found.items():
         address, _colon, port = target.rpartition(":")
         assert address == (hostvar(inventory, host, "gateways", "ansible_host") or host)
         cfg = (out / f"{host}.haproxy.cfg").read_text()
@@ -186,14 +194,27 @@ def test_every_node_is_scraped_where_vllm_listens(rendered) -> None:
     assert len(nodes) == 2
     for job in ("vllm", "node"):
         assert set(targets(out, job)) == set(nodes), job
-    for host, target in targets(out, "vllm").items():
-        address, _colon, port = target.rpartition(":")
-        assert address == (hostvar(inventory, host, "vllm_nodes", "ansible_host") or host)
+    for host, found in targets(out, "vllm").items():
+        addresses = {target.rpartition(":")[0] for target in found}
+        assert addresses == {hostvar(inventory, host, "vllm_nodes", "ansible_host") or host}
+        ports = [int(target.rpartition(":")[2]) for target in found]
         if "vllm_service_flags_extra" in hosts_of(inventory, "vllm_nodes")[host]:
-            assert int(port) == EXTRA_PORT, host
+            assert ports == [EXTRA_PORT], host
             continue
-        expected = hostvar(inventory, host, "vllm_nodes", "vllm_service_port")
-        assert int(port) == int(expected or role_default("vllm_service", "vllm_service_port"))
+        base = int(hostvar(inventory, host, "vllm_nodes", "vllm_service_port")
+                   or role_default("vllm_service", "vllm_service_port"))
+        count = hostvar(inventory, host, "vllm_nodes", "vllm_service_instances") or 1
+        assert ports == [base + i for i in range(count)], host  # each instance's port
+
+
+def test_each_instance_of_a_node_that_runs_several_is_labelled(rendered) -> None:
+    """The two instances of the first node: one static_config each, labelled with the node and
+    the instance (vllm_instance); the node with one keeps the node label alone."""
+    inventory, out = rendered
+    first, second = sorted(hosts_of(inventory, "vllm_nodes"))
+    assert [c["labels"] for c in static_configs(out, "vllm")] == [
+        {"node": first, "vllm_instance": "vllm@0"}, {"node": first, "vllm_instance": "vllm@1"},
+        {"node": second}]
 
 
 def test_monitoring_reads_the_gateways_published_metrics_port() -> None:
@@ -206,27 +227,26 @@ def test_monitoring_reads_the_gateways_published_metrics_port() -> None:
 
 
 def test_the_unit_alerts_watch_every_nodes_unit(rendered) -> None:
-    """VllmServiceNotActive and VllmServiceRestarted select each node's published unit name."""
-    inventory, out = rendered
-    units = {hostvar(inventory, host, "vllm_nodes", "vllm_service_name") or "vllm"
-             for host in hosts_of(inventory, "vllm_nodes")}
-    assert EXTRA_UNIT.removesuffix(".service") in units and len(units) == 2
+    """VllmServiceNotActive and VllmServiceRestarted select each node's published unit names:
+    every instance's of the node that runs several."""
+    _inventory, out = rendered
+    units = [*INSTANCE_UNITS, EXTRA_UNIT]
     rules = yaml.safe_load((out / "vllm-alerts.yml").read_text())
     alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     for name in ("VllmServiceNotActive", "VllmServiceRestarted"):
         selector = re.search(r'name=~"([^"]+)"', alerts[name])
         assert selector, alerts[name]
         for unit in units:
-            assert re.fullmatch(selector.group(1), f"{unit}.service"), (name, unit)
+            assert re.fullmatch(selector.group(1), unit), (name, unit)
         assert not re.fullmatch(selector.group(1), "other.service")
 
 
 def test_the_dashboard_restarts_watch_every_nodes_unit(rendered) -> None:
     """The dashboard Grafana gets: its restart panel, as Grafana interpolates vllm_unit, selects
-    each node's published unit (vllm-b.service on the second node), and no other."""
-    inventory, out = rendered
-    units = {hostvar(inventory, host, "vllm_nodes", "vllm_service_name") or "vllm"
-             for host in hosts_of(inventory, "vllm_nodes")}
+    each node's published units (vllm@0.service and vllm@1.service on the first node, which
+    runs two instances, vllm-b.service on the second), and no other."""
+    _inventory, out = rendered
+    units = [*INSTANCE_UNITS, EXTRA_UNIT]
     dashboard = json.loads((out / "dashboard.json").read_text())
     constants = {v["name"]: v["query"] for v in dashboard["templating"]["list"]
                  if v["type"] == "constant"}
@@ -238,5 +258,5 @@ def test_the_dashboard_restarts_watch_every_nodes_unit(rendered) -> None:
                                                               constants["vllm_unit"]))
         assert selector, expr
         for unit in units:
-            assert re.fullmatch(selector.group(1), f"{unit}.service"), (expr, unit)
+            assert re.fullmatch(selector.group(1), unit), (expr, unit)
         assert not re.fullmatch(selector.group(1), "other.service")

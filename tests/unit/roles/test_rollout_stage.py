@@ -56,8 +56,10 @@ def _block(role: str, tasks: list[dict[str, Any]]) -> list[str]:
 def test_the_rollout_stages_before_the_drain_and_switches_after() -> None:
     found = steps("rollout", "main.yml")
     assert found.index("node:stage") < found.index("gateway:drain") < found.index("node:switch")
-    assert found.count("node:stage") == found.count("node:switch") == 1
+    # the second switch: each further instance rolled alone (instinct_vllm_rollout_instances)
+    assert found.count("node:stage") == 1 and found.count("node:switch") == 2
     assert "node:main" not in found
+    assert steps("rollout", "instance.yml") == ["gateway:drain", "node:switch", "gateway:ready"]
 
 
 def test_the_transformers_reference_is_taken_while_the_node_serves() -> None:
@@ -107,7 +109,7 @@ def test_vllm_service_stage_checks_everything_and_writes_nothing_the_unit_reads(
     stage, switch = _imports("stage.yml"), _imports("switch.yml")
     assert "check_flags.yml" in stage and stage[-1] == "stage_files.yml"
     assert not {"install.yml", "run.yml"} & set(stage)
-    assert switch == ["publish.yml", "install.yml", "run.yml"]
+    assert switch == ["publish.yml", "install.yml", "retire.yml", "run.yml"]
     staged = load("vllm_service", "stage_files.yml")
     writers = ("ansible.builtin.copy", "ansible.builtin.template")
     dests = [t[m]["dest"] for t in staged for m in writers if m in t]
@@ -183,7 +185,11 @@ def failed_staging(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "supplementary_groups": [], "timeout_start_sec": 3600, "venv": "/opt/vllm/venv-new",
         "python": "/opt/vllm/venv-new/bin/python", "model": "/srv/models/r2",
         "served_model_name": "m", "host": "127.0.0.1", "port": 18999, "status_port": 0,
-        "url": "http://127.0.0.1:18999", "flags": {}, "argv": [],
+        "url": "http://127.0.0.1:18999", "flags": {}, "argv": [], "instance_count": 1,
+        "instances": [{"index": 0, "name": "vllm", "unit": "vllm.service",
+                       "unit_file": str(unit), "port": 18999, "status_port": 0,
+                       "url": "http://127.0.0.1:18999", "gpus": "",
+                       "state_dir": "/var/lib/vllm"}],
     }  # fmt: skip
     variables = {
         "vllm_service_resolved": resolved, "vllm_service_api_key": "k" * 16,

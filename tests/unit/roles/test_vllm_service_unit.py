@@ -111,7 +111,7 @@ BAD_INPUT = [
       "vllm_service_watchdog_options": {"status-port": 9000}},
      "vllm_service_watchdog_options sets status-port, one port for 2 instances"),
     ({"vllm_service_instances": 3, "vllm_service_port": 65534, "vllm_service_status_port": 8100},
-     "3 instances need the ports vllm_service_port (65534) to 65536"),
+     "vllm_service_instances (3) needs the ports vllm_service_port (65534) to 65536"),
 ]
 CASES: dict[str, dict[str, Any]] = {  # case -> its variables over BASE
     "defaults": {},

@@ -24,9 +24,9 @@ def test_nodes_use_address_then_ansible_host_then_name() -> None:
         "n3": facts(),
     }
     assert gateway_nodes(["n1", "n2", "n3"], hv) == [
-        {"name": "n1", "address": "10.0.0.1", "port": 9000, "agent_port": 8001},
-        {"name": "n2", "address": "n2.example", "port": 8000, "agent_port": 8001},
-        {"name": "n3", "address": "n3", "port": 8000, "agent_port": 8001},
+        {"name": "n1", "host": "n1", "address": "10.0.0.1", "port": 9000, "agent_port": 8001},
+        {"name": "n2", "host": "n2", "address": "n2.example", "port": 8000, "agent_port": 8001},
+        {"name": "n3", "host": "n3", "address": "n3", "port": 8000, "agent_port": 8001},
     ]
 
 
@@ -39,6 +39,60 @@ def test_nodes_ports_are_the_published_ones() -> None:
     }
     assert [(n["port"], n["agent_port"]) for n in gateway_nodes(["n1", "n2", "n3"], hv)] == [
         (9123, 9001), (8000, 9002), (8000, 0)]
+
+
+def instances(*ports: tuple[object, object]) -> dict:
+    """vllm_service_resolved with one instance per (port, status_port); the top level is
+    instance 0, as role vllm_service publishes it."""
+    listed = [{"index": i, "name": f"vllm@{i}", "port": port, "status_port": status}
+              for i, (port, status) in enumerate(ports)]
+    fact = facts(*ports[0])
+    fact["vllm_service_resolved"] |= {"instance_count": len(ports), "instances": listed}
+    return fact
+
+
+def test_a_server_per_instance_named_host_colon_index() -> None:
+    hv = {"n1": {"ansible_host": "10.0.0.1", **instances((8000, 8001), (8002, 0))},
+          "n2": instances((9000, 9001))}
+    assert gateway_nodes(["n1", "n2"], hv) == [
+        {"name": "n1:0", "host": "n1", "address": "10.0.0.1", "port": 8000, "agent_port": 8001},
+        {"name": "n1:1", "host": "n1", "address": "10.0.0.1", "port": 8002, "agent_port": 0},
+        # one instance: the server keeps the inventory host's name
+        {"name": "n2", "host": "n2", "address": "n2", "port": 9000, "agent_port": 9001},
+    ]
+
+
+def test_the_instances_ports_not_the_top_level_ones() -> None:
+    hv = {"n1": instances((8000, 8001), (8010, 8011))}
+    hv["n1"]["vllm_service_resolved"] |= {"port": 1234, "status_port": 0}
+    assert [(n["port"], n["agent_port"]) for n in gateway_nodes(["n1"], hv)] == [
+        (8000, 8001), (8010, 8011)]
+
+
+def test_a_bad_instance_port_names_the_host_and_the_instance() -> None:
+    with pytest.raises(AnsibleFilterError, match=r"host 'n1': vllm_service_resolved\.instances"
+                       r"\[1\]\.status_port must be 0 or a port"):
+        gateway_nodes(["n1"], {"n1": instances((8000, 8001), (8002, 70000))})
+    with pytest.raises(AnsibleFilterError, match=r"host 'n1': vllm_service_resolved\.instances"
+                       r"\[0\]\.port must be a port"):
+        gateway_nodes(["n1"], {"n1": instances((None, 8001), (8002, 0))})
+
+
+@pytest.mark.parametrize("bad", [[], "vllm@0", [8000], {"index": 0}])
+def test_instances_that_are_not_a_list_of_mappings_are_an_error(bad: object) -> None:
+    hv = {"n1": facts()}
+    hv["n1"]["vllm_service_resolved"]["instances"] = bad
+    with pytest.raises(AnsibleFilterError, match=r"host 'n1': vllm_service_resolved\.instances "
+                       "must be a non-empty list of mappings"):
+        gateway_nodes(["n1"], hv)
+
+
+def test_an_instance_index_that_is_not_an_integer_is_an_error() -> None:
+    hv = {"n1": instances((8000, 8001), (8002, 8003))}
+    hv["n1"]["vllm_service_resolved"]["instances"][1]["index"] = "1; x"
+    with pytest.raises(AnsibleFilterError,
+                       match=r"vllm_service_resolved\.instances\[1\]\.index must be an integer"):
+        gateway_nodes(["n1"], hv)
 
 
 def test_a_node_without_the_published_facts_is_an_error() -> None:

@@ -177,6 +177,77 @@ def test_tp_must_divide_attention_heads(gpus: dict[str, Any]) -> None:
     assert errors_of(result, "tensor_parallel")
 
 
+@pytest.mark.parametrize(("tp", "instances"), [(1, 8), (2, 4), (4, 2), (8, 1)])
+def test_instances_times_tp_equal_to_the_gpus_pass(
+    gpus: dict[str, Any], tp: int, instances: int
+) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(),
+        gpus,
+        settings(tensor_parallel_size=tp, instances=instances),
+    )
+    assert result["ok"], result["errors"]
+
+
+def test_instances_times_tp_short_of_the_gpus_fails(gpus: dict[str, Any]) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"), host(), gpus, settings(tensor_parallel_size=1, instances=4)
+    )
+    (msg,) = errors_of(result, "tensor_parallel")
+    assert "vllm_service_instances=4" in msg and "preflight_tensor_parallel_size=1" in msg
+    assert "8 GPU(s)" in msg
+    assert "vllm_service_instances: 8" in msg  # the count that fits TP 1
+    assert "preflight_tensor_parallel_size=2" in msg  # the TP that fits 4 instances
+
+
+def test_instances_times_tp_over_the_gpus_names_the_pairs_that_fit(
+    gpus: dict[str, Any],
+) -> None:
+    result = pf.evaluate(
+        sm.get_stack("rocm-6.2.1"),
+        host(),
+        gpus,
+        settings(tensor_parallel_size=4, instances=4, num_attention_heads=28),
+    )
+    (msg,) = errors_of(result, "tensor_parallel")
+    assert "vllm_service_instances=4" in msg and "is 16 GPU(s)" in msg
+    assert "vllm_service_instances: 2" in msg
+    assert "preflight_tensor_parallel_size=2" in msg
+    assert "8 x 1, 4 x 2, 2 x 4" in msg and "1 x 8" not in msg  # 28 heads: no TP 8
+
+
+def test_instances_must_be_at_least_one(gpus: dict[str, Any]) -> None:
+    for stack, facts in (("rocm-6.2.1", gpus), ("cpu", NO_GPUS)):
+        result = pf.evaluate(
+            sm.get_stack(stack), host(), facts, settings(tensor_parallel_size=1, instances=0)
+        )
+        (msg,) = errors_of(result, "tensor_parallel")
+        assert "vllm_service_instances=0" in msg and ">= 1" in msg
+
+
+def test_one_instance_keeps_the_tp_rules(gpus: dict[str, Any]) -> None:
+    """One instance (the default) may use fewer GPUs than found; TP must divide them."""
+    stack = sm.get_stack("rocm-6.2.1")
+    for tp in (1, 2, 4, 8):
+        result = pf.evaluate(stack, host(), gpus, settings(tensor_parallel_size=tp, instances=1))
+        assert result["ok"], result["errors"]
+    result = pf.evaluate(stack, host(), gpus, settings(tensor_parallel_size=3, instances=1))
+    (msg,) = errors_of(result, "tensor_parallel")
+    assert "preflight_tensor_parallel_size=3 does not divide the 8 GPU(s)" in msg
+    assert "vllm_service_instances" not in msg
+
+
+def test_instances_on_a_stack_without_gpus_are_not_counted() -> None:
+    result = pf.evaluate(
+        sm.get_stack("cpu"),
+        host(distribution="Debian", distribution_version="12.8", kernel="6.1.0-26-amd64"),
+        NO_GPUS,
+        settings(tensor_parallel_size=1, num_attention_heads=4, instances=2),
+    )
+    assert result["ok"], result["errors"]
+
+
 def test_gpt_oss_on_rocm_621_names_serving_stacks(gpus: dict[str, Any]) -> None:
     result = pf.evaluate(
         sm.get_stack("rocm-6.2.1"), host(), gpus, settings(model_architecture="GptOssForCausalLM")
