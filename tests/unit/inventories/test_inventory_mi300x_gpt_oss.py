@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.instinct.vllm.plugins.filter.service_instances import service_instances
 from ansible_collections.instinct.vllm.plugins.filter.vllm_args import vllm_flags
 from ansible_collections.instinct.vllm.plugins.plugin_utils import preflight as pf
@@ -45,6 +46,10 @@ def test_every_node_serves_the_native_checkpoint_on_the_rocm_7_stack(hostvars) -
         assert hv["model_source"] == "huggingface"
         assert hv["model_hf_repo"] == "openai/gpt-oss-120b"
         assert "model_convert_profile" not in hv  # auto: a native checkpoint is not converted
+        # served where role model keeps a native checkpoint (model_root/model_name-src)
+        root = yaml.safe_load((ROOT / "roles/model/defaults/main.yml").read_text())["model_root"]
+        served = f"{root}/{hv['model_name']}-src"
+        assert hv["vllm_service_model"].endswith(f"default('{served}') }}}}")
         stack = sm.get_stack(hv["instinct_vllm_stack"])
         assert hv["preflight_model_architecture"] in stack["model_architectures"]
 
