@@ -23,6 +23,10 @@ HF_TOKEN = INPUTS["instinct-vllm Hugging Face token"]["hf_token"]
 SECRETS = {"the vLLM API key": API_KEY, "the HF token": HF_TOKEN}
 VERIFY_TASK = "Check the OpenAI-compatible API"
 ROLLED_NAME = "gpt-oss-120B-rollout"  # the served name the approved rollout changes to
+# role vllm_service's step that writes the units (the template of vllm.service.j2)
+UNIT_TASK = next(t["name"] for t in yaml.safe_load(
+    (REPO / "roles/vllm_service/tasks/stage_files.yml").read_text())
+    if t.get("ansible.builtin.template", {}).get("src") == "vllm.service.j2")
 
 
 def summary(ident: str) -> dict:
@@ -291,7 +295,7 @@ def test_skip_tags_skipped_the_model_check() -> None:
     contract = yaml.safe_load((REPO / "roles/vllm/tasks/contract.yml").read_text())
     names = {t["name"] for t in contract if "name" in t and "block" not in t}
     assert names and not names & tasks
-    assert "Write the systemd unit" in tasks
+    assert UNIT_TASK in tasks
 
 
 def test_job_tags_ran_the_unit_part_only() -> None:
@@ -314,7 +318,7 @@ def test_job_tags_ran_the_unit_part_only() -> None:
     assert {d["task"] for d in ran if role_of(d) == "model"} <= publish_tasks("model")
     assert pki_done("awx-deploy-unit") <= publish_tasks("fleet_pki")
     tasks = {d["task"] for d in ran}
-    assert "Write the systemd unit" in tasks
+    assert UNIT_TASK in tasks
     assert any(role_of(d) == "stack" for d in ran)
     assert VERIFY_TASK not in tasks
     # The full deploy ran the start step; the tagged one did not.
