@@ -3,16 +3,19 @@
 Each instance is its own unit with its own port, agent-check port, GPUs, state directory and
 watchdog. The one-instance unit prepare.yml left running is retired. An engine stopped
 (SIGSTOP) is restarted by its own watchdog alone: the other instance keeps its process and
-answers every request meanwhile. A release switched one instance at a time (as role rollout's
-one_by_one does) restarts only the instance switched; the other restarts when switched later.
+answers every request meanwhile. A release switched one instance at a time restarts only the
+instance switched; the other restarts when switched later. rolling_update.yml rolls the
+instances one by one through the gateway (rocm7-twin-gw) without failing a client's request.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -30,9 +33,14 @@ INSTANCES = [  # unit, published port on this machine, vLLM's port, agent-check 
     ("vllm@1.service", 18401, 8001, 8101),
 ]
 # Bounds for a loaded shared 2-core machine, not performance claims: the wrapper sees the
-# stopped process within two polls, then WatchdogSec (30 s), then RestartSec (10 s).
+# stopped process within two polls, then WatchdogSec (30 s), then RestartSec (2 s).
 RESTART_WITHIN = 240.0
 SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
+GATEWAY_PORT = 18444  # rocm7-twin-gw's TLS listener, published on this machine
+GATEWAY_KEY = "twin-client-key-93c5e1a07b64"
+# The gateway's self-signed certificate: its TLS is the fleet scenario's subject, not this one's.
+UNVERIFIED = ssl._create_unverified_context()
 PENDING = "/etc/vllm/staged/pending"  # role vllm_service's marks of instances pending a restart
 SERVING_WITHIN = 600.0
 
@@ -46,14 +54,15 @@ def prop(host: Any, unit: str, name: str) -> str:
     return host.check_output(f"systemctl show -p {name} --value {unit}").strip()
 
 
-def complete(port: int, timeout: float = 60) -> int:
-    """HTTP status of one short completion on the instance published at ``port`` (0: none)."""
+def complete(port: int, timeout: float = 60, key: str = KEY, scheme: str = "http") -> int:
+    """HTTP status of one short completion on the instance (or the gateway) published at
+    ``port`` (0: none)."""
     body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 2}).encode()
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/completions", body,
-        {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+        f"{scheme}://127.0.0.1:{port}/v1/completions", body,
+        {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=UNVERIFIED) as response:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
@@ -132,21 +141,54 @@ def test_a_stopped_engine_is_restarted_alone_the_other_keeps_serving(
     assert "atchdog timeout" not in other_journal
 
 
+def playbook(path: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"),
+         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(path), "-e", json.dumps(variables)],
+        capture_output=True, text=True, timeout=1800, check=False)
+
+
 def switch(instances: list[int], restart_sec: int) -> subprocess.CompletedProcess[str]:
     """switch.yml (role vllm_service) with a release that changes every instance's unit
     (RestartSec), switching only ``instances``."""
-    variables = {"vllm_service_switch_instances": instances,
-                 "vllm_service_restart_sec": restart_sec}
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"),
-         "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(SCENARIO / "switch.yml"),
-         "-e", json.dumps(variables)],
-        capture_output=True, text=True, timeout=900, check=False)
+    return playbook(SCENARIO / "switch.yml", {"vllm_service_switch_instances": instances,
+                                              "vllm_service_restart_sec": restart_sec})
+
+
+def monotonic(host: Any, unit: str, name: str) -> int:
+    """A unit's timestamp property in microseconds of the node's monotonic clock."""
+    return int(prop(host, unit, f"{name}Monotonic"))
+
+
+class GatewayLoad:
+    """Clients looping over short completions through the gateway until stopped."""
+
+    def __init__(self, workers: int = 2, pause: float = 0.25) -> None:
+        self.answers: list[int] = []
+        self._stop = threading.Event()
+        self._pause = pause
+        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            self.answers.append(complete(GATEWAY_PORT, key=GATEWAY_KEY, scheme="https"))
+            self._stop.wait(self._pause)
+
+    def __enter__(self) -> GatewayLoad:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
 
 
 def test_a_release_switched_one_instance_at_a_time(host: Any) -> None:
     """The release reaches every unit file, but only the instance switched restarts; the other
-    stays marked pending on the node and restarts when a later run switches it."""
+    stays marked pending on the node and restarts when a later run switches it: here the
+    rolling update below."""
     first, second = (unit for unit, *_rest in INSTANCES)
     pids = {unit: prop(host, unit, "MainPID") for unit in (first, second)}
     run = switch([1], 9)
@@ -156,10 +198,28 @@ def test_a_release_switched_one_instance_at_a_time(host: Any) -> None:
     for unit in (first, second):
         assert "RestartSec=9" in host.file(f"/etc/systemd/system/{unit}").content_string
     assert host.file(f"{PENDING}/{first}").exists and not host.file(f"{PENDING}/{second}").exists
-    second_pid = prop(host, second, "MainPID")
-    run = switch([0], 9)
+
+
+def test_a_rolling_update_rolls_the_instances_one_by_one_without_a_failed_request(
+        host: Any) -> None:
+    """rolling_update.yml with instinct_vllm_rollout_instances one_by_one and a release that
+    changes both units: instance 0 is drained, switched and gated while instance 1 serves, then
+    instance 1 is drained and switched while instance 0 serves. The node is the gateway's only
+    node, so a moment with both instances out of rotation would fail a client's request."""
+    first, second = (unit for unit, *_rest in INSTANCES)
+    pids = {unit: prop(host, unit, "MainPID") for unit in (first, second)}
+    with GatewayLoad() as load:
+        time.sleep(3)
+        run = playbook(REPO / "playbooks" / "rolling_update.yml",
+                       {"vllm_service_restart_sec": 8, "instinct_vllm_canary_gates": ["verify"]})
+        time.sleep(3)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    assert prop(host, first, "MainPID") != pids[first]
-    assert prop(host, second, "MainPID") == second_pid
-    assert not host.file(f"{PENDING}/{first}").exists
+    assert load.answers and set(load.answers) == {200}, sorted(set(load.answers))
+    for unit in (first, second):
+        assert prop(host, unit, "MainPID") != pids[unit], unit
+        assert "RestartSec=8" in host.file(f"/etc/systemd/system/{unit}").content_string
+        assert not host.file(f"{PENDING}/{unit}").exists
+    # instance 1 began to stop only once instance 0 served the release again
+    assert monotonic(host, first, "ActiveEnter") < monotonic(host, second, "ActiveExit")
+    assert "Drain the instance at the gateway: vllm@1.service" in run.stdout
     assert complete(INSTANCES[0][1]) == 200 and complete(INSTANCES[1][1]) == 200
