@@ -54,6 +54,9 @@ def unit_settings(node: str) -> tuple[dict[str, float], list[str]]:
 def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
     """saturate.py on the controller against the node's published port, over mTLS."""
     seqs = unit_argv.flag(vllm, "--max-num-seqs", 256)
+    # clients from 8 x the batch, grown until the queue is deep enough, up to 64 x: how many it
+    # takes follows the machine (at 32 x, 127 clients made a 20 s queue in one run on 2 cores
+    # and 15 s in another, short of the target)
     max_tokens = max(16, min(400, unit_argv.flag(vllm, "--max-model-len", 32768) - 64))
     command = [
         sys.executable, str(DRIVER), "--url", DIRECT[node], "--env-file", str(env_file),
@@ -61,7 +64,7 @@ def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
         "--key-file", str(PKI / "controller.key"), "--seconds", str(HOLD),
         "--ramp-limit", str(RAMP_LIMIT), "--target", str(target),
         "--max-tokens", str(max_tokens), "--clients", str(8 * seqs),
-        "--max-clients", str(32 * seqs), "--step", str(2 * seqs),
+        "--max-clients", str(64 * seqs), "--step", str(2 * seqs),
     ]  # fmt: skip
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])

@@ -157,7 +157,7 @@ def switch(instances: list[int], restart_sec: int) -> subprocess.CompletedProces
 
 def monotonic(host: Any, unit: str, name: str) -> int:
     """A unit's timestamp property in microseconds of the node's monotonic clock."""
-    return int(prop(host, unit, f"{name}Monotonic"))
+    return int(prop(host, unit, f"{name}TimestampMonotonic"))
 
 
 class GatewayLoad:
@@ -167,7 +167,8 @@ class GatewayLoad:
         self.answers: list[int] = []
         self._stop = threading.Event()
         self._pause = pause
-        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
+        self._threads = [threading.Thread(target=self._work, daemon=True)
+                         for _worker in range(workers)]
 
     def _work(self) -> None:
         while not self._stop.is_set():
