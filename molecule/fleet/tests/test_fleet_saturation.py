@@ -54,9 +54,9 @@ def unit_settings(node: str) -> tuple[dict[str, float], list[str]]:
 def saturate(node: str, vllm: list[str], target: float, env_file: Path) -> dict:
     """saturate.py on the controller against the node's published port, over mTLS."""
     seqs = unit_argv.flag(vllm, "--max-num-seqs", 256)
-    # clients from 8 x the batch, grown until the queue is deep enough, up to 64 x: how many it
-    # takes follows the machine (at 32 x, 127 clients made a 20 s queue in one run on 2 cores
-    # and 15 s in another, short of the target)
+    # clients from 8 x the batch, grown until the queue is deeper than the target, up to 64 x:
+    # how many that takes follows the machine's speed and what else runs on it (on 2 cores
+    # between about 80 and 190 clients at a batch of 4; docs/benchmarks.md, "make test")
     max_tokens = max(16, min(400, unit_argv.flag(vllm, "--max-model-len", 32768) - 64))
     command = [
         sys.executable, str(DRIVER), "--url", DIRECT[node], "--env-file", str(env_file),
