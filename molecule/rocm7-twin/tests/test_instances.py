@@ -33,7 +33,7 @@ INSTANCES = [  # unit, published port on this machine, vLLM's port, agent-check 
     ("vllm@1.service", 18401, 8001, 8101),
 ]
 # Bounds for a loaded shared 2-core machine, not performance claims: the wrapper sees the
-# stopped process within two polls, then WatchdogSec (30 s), then RestartSec (2 s).
+# stopped process within two polls, then WatchdogSec (20 s), then RestartSec (2 s).
 RESTART_WITHIN = 240.0
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
