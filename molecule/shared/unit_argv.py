@@ -51,3 +51,16 @@ def exec_start(unit: str) -> str:
 def flag(vllm: list[str], name: str, default: int) -> int:
     """An integer flag of vLLM's argv (default when absent)."""
     return int(vllm[vllm.index(name) + 1]) if name in vllm else default
+
+
+def probe_window(options: dict[str, float]) -> float:
+    """Seconds from a probe's start to the wrapper's verdict on it: one probe interval (the
+    probe may start that late) + the probe timeout. Past it, a slow probe the watchdog did not
+    excuse has stopped the pings and turned the agent check down."""
+    return options["probe-interval"] + options["probe-timeout"]
+
+
+def deep_queue(options: dict[str, float]) -> float:
+    """The queue a saturation test builds: a 1-token request waits longer than this, 1.2 x the
+    probe timeout, so the watchdog's probe times out and must be excused."""
+    return 1.2 * options["probe-timeout"]

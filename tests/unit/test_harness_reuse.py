@@ -318,6 +318,17 @@ def test_the_unit_gives_the_wrappers_settings_over_its_own_defaults() -> None:
     assert unit_argv.flag(vllm, "--port", 8000) == 8000
 
 
+def test_the_probe_window_and_the_queue_follow_the_probe_settings() -> None:
+    unit_argv = shared("unit_argv")
+    options, _vllm = unit_argv.split(unit_argv.exec_start(UNIT))
+    assert unit_argv.probe_window(options) == 45.0  # probe every 30 s, 15 s timeout
+    assert unit_argv.deep_queue(options) == 18.0
+    shorter = UNIT.replace("--probe-interval 30 --probe-timeout 15",
+                           "--probe-interval 10 --probe-timeout 10")
+    options, _vllm = unit_argv.split(unit_argv.exec_start(shorter))
+    assert (unit_argv.probe_window(options), unit_argv.deep_queue(options)) == (20.0, 12.0)
+
+
 def test_a_drop_in_gives_its_last_execstart() -> None:
     unit_argv = shared("unit_argv")
     drop_in = "[Service]\nExecStart=\n" + UNIT.split("\n")[1] + " --disable-log-stats\n"

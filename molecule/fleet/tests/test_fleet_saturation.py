@@ -3,11 +3,11 @@
 fleet-node2 gets a queue of completions deeper than its watchdog's probe timeout: saturate.py
 (molecule/shared) runs on the controller against the node's published mTLS port, grows its
 clients until a 1-token request waits longer than the probe timeout, then holds that load for
-FLEET_SATURATION_SECONDS (default: the probe interval + probe timeout + 10 s, 30 s in the scenario;
-`make bench-fleet`: 600). Meanwhile the client load of
-fleet_load.py streams through the gateway and a watch polls the gateway's server states. The
-watchdog excuses a slow probe while tokens flow, so the node stays UP at the gateway the whole
-time (no ejection), no request fails on either path, and systemd never restarts the engine.
+FLEET_SATURATION_SECONDS (default: the probe interval + probe timeout + 10 s, 30 s in the
+scenario; `make bench-fleet`: 600). Meanwhile the client load of fleet_load.py streams through
+the gateway and a watch polls the gateway's server states. The watchdog excuses a slow probe
+while tokens flow, so the node stays UP at the gateway the whole time (no ejection), no request
+fails on either path, and systemd never restarts the engine.
 
 Runs after test_fleet_ejection.py (name order); starts by waiting for both nodes UP.
 """
@@ -55,8 +55,8 @@ def unit_settings(node: str) -> tuple[dict[str, float], list[str]]:
 
 def hold_seconds(options: dict[str, float]) -> float:
     """How long the deep queue is held: FLEET_SATURATION_SECONDS, else the unit's window."""
-    window = options["probe-interval"] + options["probe-timeout"] + MARGIN
-    return float(os.environ.get("FLEET_SATURATION_SECONDS", window))
+    return float(os.environ.get("FLEET_SATURATION_SECONDS",
+                                unit_argv.probe_window(options) + MARGIN))
 
 
 def saturate(node: str, vllm: list[str], target: float, hold: float, env_file: Path) -> dict:
@@ -83,7 +83,7 @@ def test_a_saturated_node_stays_in_rotation(ca, tmp_path, figures, results):
     options, vllm = unit_settings(NODE)
     # the node's watchdog probes the engine, as the role's default does: the case to excuse
     assert options["probe-interval"] > 0, options
-    target = 1.2 * options["probe-timeout"]
+    target = unit_argv.deep_queue(options)
     hold = hold_seconds(options)
     restarts = sh(NODE, "systemctl show -P NRestarts vllm.service").strip()
     pid = main_pid(NODE)

@@ -97,9 +97,9 @@ def saturate(host: Any) -> dict[str, Any]:
     """Run saturate.py in the node: a queue deeper than the probe timeout, held for the window
     in which a watchdog that paused its pings on a slow probe would be killed."""
     options, vllm = argv(host)
-    hold = options["probe-interval"] + options["probe-timeout"] + watchdog_sec(host) + MARGIN
+    hold = unit_argv.probe_window(options) + watchdog_sec(host) + MARGIN
     max_tokens = max(16, min(200, flag(vllm, "--max-model-len", 32768) - 32))
-    target = 1.2 * options["probe-timeout"]
+    target = unit_argv.deep_queue(options)
     seqs = flag(vllm, "--max-num-seqs", 256)  # clients: 2x the batch, grown up to 6x
     command = [
         "/usr/bin/python3", DRIVER, "--url", f"http://127.0.0.1:{flag(vllm, '--port', 8000)}",
